@@ -1,0 +1,1 @@
+"""Built-in ranker plugins for rbench (registered under the rbench.rankers entry points)."""

@@ -1,0 +1,270 @@
+"""The public contract between tasks, the evaluation engine and ranker plugins.
+
+Everything a ranker sees is defined here, so a plugin written against this module keeps working
+when tasks or the engine change. Arrays are numpy; variable-length per-query lists (positives,
+history, exclusions) are stored as one flat array plus offsets (``Ragged``) so that millions of
+queries never become millions of Python lists.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+import numpy as np
+
+if TYPE_CHECKING:  # pragma: no cover
+    from rbench.tasks.spec import TaskSpec
+
+
+# --------------------------------------------------------------------------------------------
+# Ragged arrays
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Ragged:
+    """Rows of different lengths in one flat array (CSR layout without columns).
+
+    Row ``i`` is ``values[offsets[i]:offsets[i+1]]``. Cheap to slice, to save as two arrays and
+    to memory-map, unlike a list of arrays.
+    """
+
+    offsets: np.ndarray  # int64, len n_rows + 1, offsets[0] == 0
+    values: np.ndarray
+
+    def __post_init__(self) -> None:
+        if self.offsets.ndim != 1 or len(self.offsets) == 0 or int(self.offsets[0]) != 0:
+            raise ValueError("Ragged.offsets must be 1-D and start at 0")
+        if int(self.offsets[-1]) != len(self.values):
+            raise ValueError(
+                f"Ragged.offsets ends at {int(self.offsets[-1])} but there are {len(self.values)} values"
+            )
+
+    @classmethod
+    def from_rows(cls, rows: Sequence[Sequence[Any]], dtype: Any = np.int64) -> Ragged:
+        lengths = np.fromiter((len(r) for r in rows), dtype=np.int64, count=len(rows))
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        values = (
+            np.concatenate([np.asarray(r, dtype=dtype) for r in rows])
+            if len(rows) and offsets[-1] > 0
+            else np.zeros(0, dtype=dtype)
+        )
+        return cls(offsets, values.astype(dtype, copy=False))
+
+    def __len__(self) -> int:
+        return len(self.offsets) - 1
+
+    def __getitem__(self, i: int) -> np.ndarray:
+        return self.values[self.offsets[i] : self.offsets[i + 1]]
+
+    def __iter__(self) -> Iterator[np.ndarray]:
+        for i in range(len(self)):
+            yield self[i]
+
+    def lengths(self) -> np.ndarray:
+        return np.diff(self.offsets)
+
+    def take(self, rows: np.ndarray) -> Ragged:
+        rows = np.asarray(rows, dtype=np.int64)
+        starts, ends = self.offsets[rows], self.offsets[rows + 1]
+        lengths = ends - starts
+        offsets = np.zeros(len(rows) + 1, dtype=np.int64)
+        np.cumsum(lengths, out=offsets[1:])
+        if offsets[-1] == 0:
+            return Ragged(offsets, self.values[:0])
+        # vectorised gather of the selected slices
+        idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
+        return Ragged(offsets, self.values[idx])
+
+    def row_ids(self) -> np.ndarray:
+        """Row number of each value (for scatter operations)."""
+        return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
+
+
+# --------------------------------------------------------------------------------------------
+# Pool and queries
+# --------------------------------------------------------------------------------------------
+
+
+class TextColumn(Protocol):
+    """Anything indexable by int and by int arrays that yields candidate texts (may be lazy)."""
+
+    def __len__(self) -> int: ...
+    def __getitem__(self, i: Any) -> Any: ...
+
+
+@dataclass
+class Pool:
+    """The candidates of one task (or variant): stable ids, texts, optional domain per item.
+
+    ``texts`` may be a lazy column (memory-mapped, on-disk) for million-item pools; rankers must
+    fetch texts by index (``pool.text_batch(idx)``) instead of copying them all.
+    """
+
+    ids: np.ndarray  # str (object) array, unique
+    texts: TextColumn
+    domains: np.ndarray | None = None  # per-candidate source tag (mixed/shift variants)
+    name: str = ""
+    fingerprint: str = ""
+
+    def __post_init__(self) -> None:
+        if len(self.ids) != len(self.texts):
+            raise ValueError(f"pool {self.name!r}: {len(self.ids)} ids but {len(self.texts)} texts")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def text_batch(self, idx: np.ndarray) -> list[str]:
+        return [str(self.texts[int(i)]) for i in idx]
+
+
+@dataclass
+class Queries:
+    """One split's queries.
+
+    ``texts`` are the raw query contents (the paper's ``[USER QUERY]``: a search query, or the
+    rendered interaction history); ``prompts`` are the same wrapped in the task's prompt template
+    (what LLM rankers read). ``positives`` hold pool indices with ``grades`` aligned (graded
+    relevance, > 0). ``candidates`` (small scenario) gives each query its own candidate list of
+    pool indices, shape (n_queries, m). ``exclude`` lists pool indices removed from that query's
+    ranking (the user's past interactions, as RecBole's full-sort evaluation does); a positive is
+    never excluded. ``history`` is the ordered interaction history (pool indices) for
+    recommendation tasks; ``user_ids`` name the user of each query there.
+    """
+
+    ids: np.ndarray
+    texts: list[str]
+    positives: Ragged
+    grades: Ragged
+    prompts: list[str] | None = None
+    history: Ragged | None = None
+    candidates: np.ndarray | None = None
+    exclude: Ragged | None = None
+    user_ids: np.ndarray | None = None
+    meta: dict[str, Any] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        n = len(self.ids)
+        for name in ("texts", "positives", "grades"):
+            if len(getattr(self, name)) != n:
+                raise ValueError(f"Queries.{name} has {len(getattr(self, name))} rows, expected {n}")
+        for name in ("prompts", "history", "exclude", "user_ids"):
+            value = getattr(self, name)
+            if value is not None and len(value) != n:
+                raise ValueError(f"Queries.{name} has {len(value)} rows, expected {n}")
+        if self.candidates is not None and (self.candidates.ndim != 2 or len(self.candidates) != n):
+            raise ValueError("Queries.candidates must have shape (n_queries, m)")
+        if not np.array_equal(self.positives.offsets, self.grades.offsets):
+            raise ValueError("Queries.positives and Queries.grades must have the same row lengths")
+
+    def __len__(self) -> int:
+        return len(self.ids)
+
+    def take(self, rows: np.ndarray) -> Queries:
+        rows = np.asarray(rows, dtype=np.int64)
+        pick = lambda xs: [xs[int(i)] for i in rows]  # noqa: E731
+        return Queries(
+            ids=self.ids[rows],
+            texts=pick(self.texts),
+            positives=self.positives.take(rows),
+            grades=self.grades.take(rows),
+            prompts=pick(self.prompts) if self.prompts is not None else None,
+            history=self.history.take(rows) if self.history is not None else None,
+            candidates=self.candidates[rows] if self.candidates is not None else None,
+            exclude=self.exclude.take(rows) if self.exclude is not None else None,
+            user_ids=self.user_ids[rows] if self.user_ids is not None else None,
+            meta=self.meta,
+        )
+
+    def batches(self, size: int) -> Iterator[tuple[np.ndarray, Queries]]:
+        for start in range(0, len(self), size):
+            rows = np.arange(start, min(start + size, len(self)))
+            yield rows, self.take(rows)
+
+
+@dataclass
+class TaskData:
+    """A loaded task: its spec, the candidate pool and the three splits.
+
+    ``pool`` is what the test split is ranked against. Variants (mixed, shift, scaled) replace
+    ``pool`` and the test queries' indices but keep ``train_pool``/``train``/``valid`` as in the
+    original task, because the paper trains on the original task only.
+    """
+
+    spec: TaskSpec
+    pool: Pool
+    train: Queries
+    valid: Queries
+    test: Queries
+    variant: str = "original"
+    train_pool: Pool | None = None
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def fit_pool(self) -> Pool:
+        return self.train_pool if self.train_pool is not None else self.pool
+
+    @property
+    def fingerprint(self) -> str:
+        return self.pool.fingerprint
+
+
+# --------------------------------------------------------------------------------------------
+# Rankers
+# --------------------------------------------------------------------------------------------
+
+
+@runtime_checkable
+class Ranker(Protocol):
+    """What every ranker plugin provides.
+
+    ``score(queries, candidates)``: ``candidates`` is either a 1-D array of pool indices shared by
+    all queries (returns shape (n_queries, len(candidates))) or a 2-D array with one row of pool
+    indices per query (returns the same shape). Scores must be finite; higher is better.
+    """
+
+    name: str
+    version: str
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    def fit(self, task: TaskData) -> None: ...
+
+    def index(self, pool: Pool) -> None: ...
+
+    def score(self, queries: Queries, candidates: np.ndarray) -> np.ndarray: ...
+
+
+@runtime_checkable
+class EmbeddingRanker(Protocol):
+    """A narrower contract most neural rankers fit: score = <query vector, candidate vector>.
+
+    The engine then scores on its own dense path (GEMM over candidate chunks), so every such
+    ranker gets the same speed, caching and sharding. A ranker with pool-aware query encoding
+    (LRanker's test-time scaling) does that work inside ``encode_queries``.
+    """
+
+    name: str
+    version: str
+
+    @property
+    def config(self) -> dict[str, Any]: ...
+
+    def fit(self, task: TaskData) -> None: ...
+
+    def encode_pool(self, pool: Pool) -> np.ndarray: ...
+
+    def encode_queries(self, queries: Queries) -> np.ndarray: ...
+
+
+@dataclass
+class RunContext:
+    """What the harness hands a ranker at construction: where to cache, which seed, progress."""
+
+    cache_dir: Any  # pathlib.Path
+    seed: int = 0
+    show_progress: bool = True

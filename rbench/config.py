@@ -1,0 +1,110 @@
+"""Typed options for rankers and tasks, settable from the CLI as ``--set key=value``.
+
+Each ranker declares its options as a dataclass whose defaults are the paper's settings; this
+module turns ``key=value`` strings into that dataclass, refusing unknown keys (with a "did you
+mean") and values of the wrong type, so a typo never silently runs the default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import types
+import typing
+from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+
+from rbench.errors import RBenchError, did_you_mean
+
+C = TypeVar("C")
+
+_TRUE = {"1", "true", "yes", "on"}
+_FALSE = {"0", "false", "no", "off"}
+
+
+def _coerce(raw: str, tp: Any, key: str) -> Any:
+    origin = get_origin(tp)
+    if origin is Literal:
+        choices = get_args(tp)
+        for choice in choices:
+            if str(choice) == raw:
+                return choice
+        raise RBenchError(f"--set {key}={raw}: expected one of {', '.join(map(str, choices))}")
+    if origin in (Union, types.UnionType):
+        args = [a for a in get_args(tp) if a is not type(None)]
+        if raw.lower() in ("none", "null") and type(None) in get_args(tp):
+            return None
+        errors = []
+        for arg in args:
+            try:
+                return _coerce(raw, arg, key)
+            except RBenchError as exc:
+                errors.append(str(exc))
+        raise RBenchError(errors[0] if errors else f"--set {key}={raw}: bad value")
+    if origin in (list, tuple):
+        (inner, *_) = get_args(tp) or (str,)
+        parts = [p for p in raw.split(",") if p != ""]
+        values = [_coerce(p.strip(), inner, key) for p in parts]
+        return values if origin is list else tuple(values)
+    if tp is bool:
+        low = raw.lower()
+        if low in _TRUE:
+            return True
+        if low in _FALSE:
+            return False
+        raise RBenchError(f"--set {key}={raw}: expected a boolean (true/false)")
+    if tp is int:
+        try:
+            return int(raw)
+        except ValueError:
+            raise RBenchError(f"--set {key}={raw}: expected an integer") from None
+    if tp is float:
+        try:
+            return float(raw)
+        except ValueError:
+            raise RBenchError(f"--set {key}={raw}: expected a number") from None
+    if tp is str or tp is Any:
+        return raw
+    raise RBenchError(f"--set {key}={raw}: cannot parse a value of type {tp}")
+
+
+def parse_assignments(items: list[str] | None) -> dict[str, str]:
+    """``["k=v", ...]`` -> ``{"k": "v"}``, refusing items without '='."""
+    out: dict[str, str] = {}
+    for item in items or []:
+        if "=" not in item:
+            raise RBenchError(f"--set {item!r}: expected key=value")
+        key, value = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise RBenchError(f"--set {item!r}: empty key")
+        out[key] = value.strip()
+    return out
+
+
+def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> C:
+    """Instantiate dataclass ``cls`` with ``overrides`` (strings are parsed to the field type)."""
+    fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
+    hints = typing.get_type_hints(cls)
+    kwargs: dict[str, Any] = {}
+    for key, value in (overrides or {}).items():
+        if key not in fields:
+            raise RBenchError(
+                f"unknown option {key!r} for {owner}{did_you_mean(key, fields)}; "
+                f"options: {', '.join(sorted(fields))}"
+            )
+        kwargs[key] = _coerce(value, hints[key], key) if isinstance(value, str) else value
+    cfg = cls(**kwargs)
+    validate = getattr(cfg, "validate", None)
+    if callable(validate):
+        validate()
+    return cfg
+
+
+def config_dict(cfg: Any) -> dict[str, Any]:
+    return json.loads(json.dumps(dataclasses.asdict(cfg), default=str))
+
+
+def config_hash(data: dict[str, Any], length: int = 8) -> str:
+    blob = json.dumps(data, sort_keys=True, default=str).encode()
+    return hashlib.sha256(blob).hexdigest()[:length]

@@ -1,0 +1,98 @@
+"""Ranker discovery through the ``rbench.rankers`` entry-point group.
+
+Built-in rankers register there exactly like third-party ones, so there is one way in. Loading an
+entry point imports only the plugin module; plugins keep heavy imports (torch, RecBole,
+transformers) inside their methods so that listing rankers stays instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rbench.api import RunContext
+from rbench.config import build_config, config_dict
+from rbench.errors import RBenchError, unknown
+
+GROUP = "rbench.rankers"
+
+
+@dataclass
+class NoOptions:
+    """Options of a ranker that has none."""
+
+
+class BaseRanker:
+    """Convenience base: typed options (``Config``), metadata, no-op ``fit``/``index``.
+
+    Subclasses set ``name``, ``version``, ``Config`` (a dataclass whose defaults are the paper's
+    settings) and ``domains`` (the task domains the ranker applies to).
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = NoOptions
+    domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
+
+    def __init__(self, config: Any | None = None, context: RunContext | None = None) -> None:
+        self.cfg = config if config is not None else self.Config()
+        self.context = context or RunContext(cache_dir=Path(".rbench-cache"), seed=0)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return config_dict(self.cfg)
+
+    def fit(self, task: Any) -> None:  # zero-shot rankers learn nothing
+        return None
+
+    def index(self, pool: Any) -> None:
+        return None
+
+
+def _entry_points() -> dict[str, Any]:
+    eps = {}
+    for ep in entry_points(group=GROUP):
+        eps.setdefault(ep.name, ep)
+    return eps
+
+
+def available_rankers() -> list[str]:
+    return sorted(_entry_points())
+
+
+def load_ranker_class(name: str) -> type:
+    eps = _entry_points()
+    if name not in eps:
+        raise unknown("ranker", name, eps)
+    try:
+        cls = eps[name].load()
+    except ImportError as exc:
+        raise RBenchError(
+            f"ranker {name!r} needs a package that is not installed ({exc}); "
+            f"install the matching extra, e.g. pip install 'rbench[recsys]' / '[dense]' / '[lranker]'"
+        ) from exc
+    return cls
+
+
+def ranker_options(cls: type) -> list[dict[str, Any]]:
+    cfg_cls = getattr(cls, "Config", NoOptions)
+    out = []
+    for f in dataclasses.fields(cfg_cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        )
+        out.append({"name": f.name, "type": str(f.type), "default": default})
+    return out
+
+
+def make_ranker(name: str, overrides: dict[str, Any] | None = None,
+                context: RunContext | None = None) -> Any:
+    """Instantiate ranker ``name`` with ``--set`` overrides checked against its ``Config``."""
+    cls = load_ranker_class(name)
+    cfg_cls = getattr(cls, "Config", NoOptions)
+    cfg = build_config(cfg_cls, overrides, owner=f"ranker {name!r}")
+    return cls(config=cfg, context=context)
