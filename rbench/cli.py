@@ -1,0 +1,234 @@
+"""The ``rbench`` command line (Typer + rich).
+
+Exit codes: 0 ok, 2 user error (bad name, option, missing or malformed data, unwritable results
+directory, a ranker returning bad scores), 1 internal error, 130 interrupted.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.table import Table
+
+from rbench.errors import RBenchError
+
+app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
+                  help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
+# pipes and CI logs get a wide fixed width instead of rich's 80-column default
+out = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+
+
+def _progress_factory(enabled: bool):
+    """A Progress-reporting callback factory for ``rbench.runner.run``."""
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
+                        disable=not enabled)
+
+    def factory(desc: str, total: int | None):
+        task_id = progress.add_task(desc, total=total)
+        return lambda n: progress.advance(task_id, n)
+
+    return progress, factory
+
+
+@app.command("tasks")
+def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """List the tasks, the paper's sizes and whether their data is present."""
+    from rbench.tasks.registry import data_status, list_tasks
+
+    rows = []
+    for spec in list_tasks():
+        present, detail = data_status(spec)
+        rows.append({"name": spec.name, "title": spec.title, "scenario": spec.scenario, "domain": spec.domain,
+                     "paper_candidates": spec.paper_candidates, "paper_queries": spec.paper_queries,
+                     "data_present": present, "data": detail, "license": spec.license,
+                     "sources": [{"name": s.name, "url": s.url, "license": s.license} for s in spec.sources],
+                     "description": spec.description,
+                     "protocol": (spec.protocol or _protocol_doc(spec)) if as_json else "",
+                     "prompt": spec.prompt, "how_to_get": spec.how_to_get})
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
+    table = Table(title="rbench tasks")
+    for col in ("task", "scenario", "domain", "paper cand.", "paper queries", "data"):
+        table.add_column(col, justify="right" if col.startswith("paper") else "left", no_wrap=True)
+    missing = []
+    for r in rows:
+        cand = f"{r['paper_candidates']:,}" if r["paper_candidates"] else "–"
+        nq = f"{r['paper_queries']:,}" if r["paper_queries"] else "–"
+        data = "[green]present[/green]" if r["data_present"] else "[yellow]missing[/yellow]"
+        if not r["data_present"]:
+            missing.append(r)
+        table.add_row(r["name"], r["scenario"], r["domain"], cand, nq, data)
+    out.print(table)
+    for r in missing:
+        out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['data'])}", soft_wrap=True)
+
+
+def _protocol_doc(spec) -> str:
+    import importlib
+
+    try:
+        module = importlib.import_module(spec.loader.partition(":")[0])
+    except ImportError:
+        return ""
+    return (module.__doc__ or "").strip()
+
+
+@app.command("rankers")
+def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """List the installed ranker plugins (entry-point group ``rbench.rankers``) and their options."""
+    from rbench.plugins import available_rankers, load_ranker_class, ranker_options
+
+    rows = []
+    for name in available_rankers():
+        try:
+            cls = load_ranker_class(name)
+        except RBenchError as exc:
+            rows.append({"name": name, "available": False, "error": str(exc)})
+            continue
+        rows.append({"name": name, "available": True, "version": getattr(cls, "version", ""),
+                     "description": getattr(cls, "description", "") or (cls.__doc__ or "").strip().split("\n")[0],
+                     "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls)})
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    table = Table(title="rbench rankers")
+    for col in ("ranker", "version", "applies to", "options (defaults)", "description"):
+        table.add_column(col)
+    for r in rows:
+        if not r["available"]:
+            table.add_row(r["name"], "", "", "", f"[yellow]{escape(r['error'])}[/yellow]")
+            continue
+        opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"])
+        table.add_row(r["name"], str(r["version"]), ", ".join(r["domains"]), opts, r["description"])
+    out.print(table)
+
+
+@app.command("run")
+def run_cmd(
+    ranker: str = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`)."),
+    task: str = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`)."),
+    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N"),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value option; task options as task.key=value."),
+    seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training."),
+    max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate a seeded sample of N test queries."),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where RunRecords are written."),
+    batch_size: int = typer.Option(256, "--batch-size", help="Queries per scoring batch."),
+    chunk_size: int = typer.Option(65536, "--chunk-size", help="Candidates per scoring chunk."),
+    no_write: bool = typer.Option(False, "--no-write", help="Do not write a RunRecord."),
+    as_json: bool = typer.Option(False, "--json", help="Print the RunRecord as JSON."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Run one ranker on one task and write its RunRecord."""
+    from rbench.config import parse_assignments
+    from rbench.runner import RunOptions, run
+
+    opts = RunOptions(ranker=ranker, task=task, variant=variant, sets=parse_assignments(sets), seed=seed,
+                      max_queries=max_queries, results_dir=results_dir, batch_size=batch_size,
+                      chunk_size=chunk_size, write=not no_write)
+    progress, factory = _progress_factory(enabled=not quiet and not as_json)
+    with progress:
+        outcome = run(opts, progress=factory)
+    rec = outcome.record
+    if as_json:
+        print(rec.to_json(), end="")
+        return
+    table = Table(title=f"{rec.label} on {rec.task_key} ({rec.scenario}, {rec.n_queries:,} test queries, "
+                        f"pool {rec.task_info.get('pool_size', 0):,})")
+    for name in rec.metrics:
+        table.add_column(name if name != "RR" else "MRR (RR)", justify="right")
+    table.add_row(*[f"{100 * v:.2f}" for v in rec.metrics.values()])
+    out.print(table)
+    t = rec.timings
+    out.print(f"fit {t['fit_s']:.1f}s · index {t['index_s']:.1f}s · score {t['score_s']:.1f}s "
+              f"({t['per_query_ms']:.2f} ms/query) · peak RSS {rec.peak_rss_bytes / 2**20:,.0f} MiB")
+    if outcome.path is not None:
+        out.print(f"RunRecord: {outcome.path}")
+
+
+@app.command("table")
+def table_cmd(
+    scenario: str = typer.Option(..., "--scenario", "-s", help="small | large | ultra"),
+    variant: Optional[str] = typer.Option(None, "--variant", help="original (default), mixed, shift, scaled"),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    fmt: str = typer.Option("md", "--format", "-f", help="md | csv | json (written to --output)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="File to write (default leaderboards/<scenario>[~variant].<fmt>)."),
+) -> None:
+    """Build a leaderboard (ranker rows x task columns) from RunRecords."""
+    from rbench import leaderboard
+    from rbench.results import atomic_write_bytes
+    from rbench.tasks.spec import SCENARIOS
+
+    if scenario not in SCENARIOS:
+        from rbench.errors import unknown
+
+        raise unknown("scenario", scenario, SCENARIOS)
+    render = {"md": leaderboard.to_markdown, "csv": leaderboard.to_csv, "json": leaderboard.to_json}
+    if fmt not in render:
+        from rbench.errors import unknown
+
+        raise unknown("format", fmt, render)
+    lb = leaderboard.build(results_dir, scenario, variant)
+    out.print(leaderboard.rich_table(lb))
+    suffix = "" if lb.variant == "original" else f"~{lb.variant}"
+    target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
+    try:
+        atomic_write_bytes(target, render[fmt](lb).encode())
+    except OSError as exc:
+        raise RBenchError(f"cannot write {target}: {exc.strerror or exc}") from exc
+    out.print(f"written: {target}")
+
+
+def _mount_data_app() -> None:
+    try:
+        from rbench.cli_data import data_app
+    except ImportError:
+        return
+    app.add_typer(data_app, name="data", help="Download, prepare and import task data.")
+
+
+_mount_data_app()
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Console-script entry: maps errors to exit codes and one clear line."""
+    try:
+        app(args=argv, standalone_mode=False)
+        return 0
+    except RBenchError as exc:
+        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        return 2
+    except KeyboardInterrupt:
+        err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
+        return 130
+    except SystemExit as exc:  # typer/click exits (--help)
+        return int(exc.code or 0)
+    except Exception as exc:
+        import click
+
+        if isinstance(exc, click.exceptions.ClickException):
+            exc.show()
+            return 2
+        if isinstance(exc, click.exceptions.Abort):
+            return 130
+        err.print_exception(max_frames=8)
+        err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+        return 1
+
+
+def entry() -> None:
+    sys.exit(main())
+
+
+if __name__ == "__main__":  # pragma: no cover
+    entry()

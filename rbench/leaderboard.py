@@ -1,0 +1,163 @@
+"""Leaderboards built only from RunRecords: ranker rows x task columns, nDCG@10 and MRR in %.
+
+Like the paper's tables, the best value of each column is bold and the second underlined. Each
+task column states its number of test queries so readers can judge noise.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from rbench.results import RunRecord, load_records
+from rbench.tasks.registry import PAPER_TASKS
+
+SHOWN = (("nDCG@10", "nDCG@10"), ("RR", "MRR"))
+RANKER_ORDER = ("random", "pop", "bm25", "contriever", "dense", "fm", "bpr", "gru4rec", "bert4rec", "sasrec",
+                "lranker")
+
+
+@dataclass
+class Leaderboard:
+    scenario: str
+    variant: str
+    tasks: list[str]
+    rows: list[str]
+    cells: dict[tuple[str, str], dict[str, float]]  # (row, task) -> metric -> fraction
+    n_queries: dict[str, set[int]] = field(default_factory=dict)
+    sources: dict[tuple[str, str], str] = field(default_factory=dict)
+
+    def columns(self) -> list[tuple[str, str, str]]:
+        return [(t, m, label) for t in self.tasks for m, label in SHOWN]
+
+    def rank_marks(self) -> dict[tuple[str, str, str], str]:
+        """(row, task, metric) -> 'best' | 'second'."""
+        marks: dict[tuple[str, str, str], str] = {}
+        for task, metric, _ in self.columns():
+            vals = sorted({round(self.cells[(r, task)][metric], 6) for r in self.rows
+                           if (r, task) in self.cells}, reverse=True)
+            for r in self.rows:
+                if (r, task) not in self.cells:
+                    continue
+                v = round(self.cells[(r, task)][metric], 6)
+                if vals and v == vals[0]:
+                    marks[(r, task, metric)] = "best"
+                elif len(vals) > 1 and v == vals[1]:
+                    marks[(r, task, metric)] = "second"
+        return marks
+
+
+def _task_order(tasks: set[str]) -> list[str]:
+    base = lambda t: t.split("~", 1)[0]  # noqa: E731
+    known = [t for p in ("ml-100k", *PAPER_TASKS) for t in sorted(tasks) if base(t) == p]
+    return known + sorted(t for t in tasks if t not in known)
+
+
+def _row_order(rows: set[str]) -> list[str]:
+    def key(label: str) -> tuple[int, str]:
+        name = label.split("-", 1)[0] if label.split("-", 1)[0] in RANKER_ORDER else label
+        return (RANKER_ORDER.index(name) if name in RANKER_ORDER else len(RANKER_ORDER), label)
+
+    return sorted(rows, key=key)
+
+
+def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leaderboard:
+    """Collect the records of one scenario (and variant: None/'original' = original pools)."""
+    want = variant or "original"
+    cells: dict[tuple[str, str], dict[str, float]] = {}
+    nq: dict[str, set[int]] = {}
+    sources: dict[tuple[str, str], str] = {}
+    for path, rec in load_records(results_dir, scenario):
+        if (rec.variant or "original") != want and not (want != "original" and rec.variant.startswith(want)):
+            continue
+        key = (rec.label, rec.task_key)
+        prev = sources.get(key)
+        if prev is not None and _newer(prev, rec, results_dir):
+            continue
+        cells[key] = dict(rec.metrics)
+        nq.setdefault(rec.task_key, set()).add(rec.n_queries)
+        sources[key] = rec.created
+    tasks = _task_order({t for _, t in cells})
+    rows = _row_order({r for r, _ in cells})
+    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources)
+
+
+def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
+    return prev_created >= rec.created
+
+
+def _fmt(v: float) -> str:
+    return f"{100.0 * v:.2f}"
+
+
+def _nq(lb: Leaderboard, task: str) -> str:
+    return "/".join(str(n) for n in sorted(lb.n_queries.get(task, ())))
+
+
+def to_markdown(lb: Leaderboard) -> str:
+    marks = lb.rank_marks()
+    title = f"# rbench leaderboard: {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
+    if not lb.rows:
+        return title + "\n\nNo results yet.\n"
+    head = ["Ranker"] + [f"{t} {label}" for t, _, label in lb.columns()]
+    lines = [title, "", "Values in % (test split). Best in **bold**, second <u>underlined</u>.", "",
+             "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    lines.append("| *test queries* | " + " | ".join(_nq(lb, t) for t, _, _ in lb.columns()) + " |")
+    for r in lb.rows:
+        cells = [r]
+        for t, m, _ in lb.columns():
+            if (r, t) not in lb.cells:
+                cells.append("–")
+                continue
+            s = _fmt(lb.cells[(r, t)][m])
+            mark = marks.get((r, t, m))
+            cells.append(f"**{s}**" if mark == "best" else f"<u>{s}</u>" if mark == "second" else s)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "MRR is the full reciprocal rank (no cutoff); nDCG@10 uses linear gain; ties are broken "
+              "pessimistically. Generated by `rbench table` from the RunRecords in `results/`.", ""]
+    return "\n".join(lines)
+
+
+def to_csv(lb: Leaderboard) -> str:
+    buf = io.StringIO()
+    w = csv.writer(buf)
+    w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR"])
+    for r in lb.rows:
+        for t in lb.tasks:
+            if (r, t) in lb.cells:
+                c = lb.cells[(r, t)]
+                w.writerow([r, t, _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"])])
+    return buf.getvalue()
+
+
+def to_json(lb: Leaderboard) -> str:
+    rows = [{"ranker": r, "task": t, "n_queries": sorted(lb.n_queries.get(t, ())),
+             **{label: round(100 * lb.cells[(r, t)][m], 4) for m, label in SHOWN}}
+            for r in lb.rows for t in lb.tasks if (r, t) in lb.cells]
+    return json.dumps({"scenario": lb.scenario, "variant": lb.variant, "rows": rows}, indent=2) + "\n"
+
+
+def rich_table(lb: Leaderboard):
+    from rich.table import Table
+
+    marks = lb.rank_marks()
+    title = f"rbench — {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
+    table = Table(title=title, caption="% on the test split; bold = best, underline = second")
+    table.add_column("Ranker", style="cyan")
+    for t, _, label in lb.columns():
+        table.add_column(f"{t}\n{label}\n(n={_nq(lb, t)})", justify="right")
+    for r in lb.rows:
+        cells = [r]
+        for t, m, _ in lb.columns():
+            if (r, t) not in lb.cells:
+                cells.append("–")
+                continue
+            s = _fmt(lb.cells[(r, t)][m])
+            mark = marks.get((r, t, m))
+            cells.append(f"[bold]{s}[/bold]" if mark == "best" else f"[underline]{s}[/underline]"
+                         if mark == "second" else s)
+        table.add_row(*cells)
+    return table

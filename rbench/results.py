@@ -1,0 +1,197 @@
+"""RunRecords: one JSON file per run, written atomically, plus per-query metrics beside it.
+
+Tables and plots are built only from these files, so every number shown can be traced to a run
+and its full effective configuration. A record is written last (after its per-query file) by
+temp-file + rename: an interrupted run leaves either the previous record or none, never a
+half-written one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gzip
+import io
+import json
+import os
+import platform
+import resource
+import subprocess
+import sys
+import tempfile
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rbench
+from rbench.errors import DataError, RBenchError
+from rbench.metrics import TIE_RULE
+
+RECORD_SUFFIX = ".json"
+PER_QUERY_SUFFIX = ".perquery.csv.gz"
+
+
+@dataclass
+class RunRecord:
+    task: str
+    variant: str
+    scenario: str
+    task_fingerprint: str
+    ranker: dict[str, Any]  # name, version, config
+    seed: int
+    n_queries: int
+    metrics: dict[str, float]
+    timings: dict[str, float]
+    peak_rss_bytes: int
+    tie_rule: str = TIE_RULE
+    rbench_version: str = rbench.__version__
+    git_commit: str = ""
+    created: str = ""
+    task_options: dict[str, Any] = field(default_factory=dict)
+    run_options: dict[str, Any] = field(default_factory=dict)
+    task_info: dict[str, Any] = field(default_factory=dict)
+    ranker_info: dict[str, Any] = field(default_factory=dict)
+    machine: dict[str, Any] = field(default_factory=dict)
+    config_hash: str = ""
+    per_query_file: str = ""
+
+    @property
+    def label(self) -> str:
+        """Row name in tables: the ranker, plus its config hash when not the default config."""
+        name = self.ranker.get("label") or self.ranker["name"]
+        return f"{name}-{self.config_hash}" if self.config_hash else name
+
+    @property
+    def task_key(self) -> str:
+        return self.task if self.variant in ("", "original") else f"{self.task}~{self.variant}"
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
+def _json_default(obj: Any) -> Any:
+    if isinstance(obj, np.generic):
+        return obj.item()
+    if isinstance(obj, np.ndarray):
+        return obj.tolist()
+    if isinstance(obj, Path):
+        return str(obj)
+    return str(obj)
+
+
+def git_commit() -> str:
+    root = Path(__file__).resolve().parents[1]
+    try:
+        sha = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True,
+                             timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "status", "--porcelain", "--untracked-files=no"], cwd=root,
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def peak_rss_bytes() -> int:
+    rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return int(rss if sys.platform == "darwin" else rss * 1024)
+
+
+def machine_info() -> dict[str, Any]:
+    info = {"platform": platform.platform(), "python": platform.python_version(),
+            "cpu_count": os.cpu_count(), "processor": platform.machine()}
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        info["torch"] = torch.__version__
+        info["device"] = "cuda" if torch.cuda.is_available() else "cpu"
+    return info
+
+
+def now_iso() -> str:
+    return datetime.now(timezone.utc).replace(microsecond=0).isoformat()
+
+
+def record_path(results_dir: Path, scenario: str, task_key: str, ranker: str, config_hash: str) -> Path:
+    stem = f"{ranker}-{config_hash}" if config_hash else ranker
+    return Path(results_dir) / scenario / task_key / f"{stem}{RECORD_SUFFIX}"
+
+
+def ensure_writable(directory: Path) -> None:
+    """Fail before any work if results cannot be written there."""
+    try:
+        directory.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rbench-write-test-")
+        os.close(fd)
+        os.unlink(tmp)
+    except OSError as exc:
+        raise RBenchError(f"results directory {directory} is not writable ({exc.strerror or exc})") from exc
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray) -> bytes:
+    """Deterministic gzip'd CSV (mtime 0) so that re-running a run does not churn the repo."""
+    import pandas as pd
+
+    df = pd.DataFrame({"query_id": np.asarray(query_ids).astype(str)})
+    for name, v in values.items():
+        df[name] = np.round(np.asarray(v, dtype=np.float64), 10)
+    df["rank"] = first_rank
+    raw = df.to_csv(index=False).encode()
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
+        gz.write(raw)
+    return buf.getvalue()
+
+
+def write_run(record: RunRecord, path: Path, per_query: bytes | None) -> Path:
+    if per_query is not None:
+        pq = path.with_name(path.name[: -len(RECORD_SUFFIX)] + PER_QUERY_SUFFIX)
+        atomic_write_bytes(pq, per_query)
+        record.per_query_file = pq.name
+    atomic_write_bytes(path, record.to_json().encode())
+    return path
+
+
+def read_record(path: Path) -> RunRecord:
+    try:
+        data = json.loads(Path(path).read_text())
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from exc
+    known = set(RunRecord.__dataclass_fields__)
+    missing = [k for k in ("task", "scenario", "ranker", "metrics") if k not in data]
+    if missing:
+        raise DataError(f"not a RunRecord (missing {', '.join(missing)})", path)
+    return RunRecord(**{k: v for k, v in data.items() if k in known})
+
+
+def load_records(results_dir: Path, scenario: str | None = None) -> list[tuple[Path, RunRecord]]:
+    base = Path(results_dir)
+    root = base / scenario if scenario else base
+    if not root.exists():
+        return []
+    return [(p, read_record(p)) for p in sorted(root.rglob(f"*{RECORD_SUFFIX}")) if not p.name.startswith(".")]
+
+
+def read_per_query(record_file: Path, record: RunRecord):
+    """Per-query metrics of a record as a DataFrame (None when the file is absent)."""
+    import pandas as pd
+
+    if not record.per_query_file:
+        return None
+    pq = Path(record_file).with_name(record.per_query_file)
+    return pd.read_csv(pq) if pq.exists() else None

@@ -1,0 +1,170 @@
+"""One benchmark run, end to end: load task -> variant -> fit -> index -> score -> RunRecord.
+
+The CLI and the Python API both call ``run``; the CLI only adds progress display and printing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rbench import paths
+from rbench.api import RunContext, TaskData
+from rbench.config import config_dict, config_hash
+from rbench.engine import evaluate
+from rbench.errors import RBenchError
+from rbench.metrics import MEASURES, aggregate, per_query
+from rbench.plugins import load_ranker_class, make_ranker
+from rbench.results import (
+    RunRecord,
+    ensure_writable,
+    git_commit,
+    machine_info,
+    now_iso,
+    peak_rss_bytes,
+    per_query_bytes,
+    record_path,
+    write_run,
+)
+from rbench.tasks.registry import get_task, load_task
+
+TASK_PREFIX = "task."
+
+
+@dataclass
+class RunOptions:
+    ranker: str
+    task: str
+    variant: str = "original"
+    sets: dict[str, str] = dataclasses.field(default_factory=dict)
+    seed: int = 0
+    max_queries: int | None = None
+    results_dir: Path = Path("results")
+    batch_size: int = 256
+    chunk_size: int = 65536
+    write: bool = True
+
+
+@dataclass
+class RunOutcome:
+    record: RunRecord
+    path: Path | None
+    per_query: dict[str, np.ndarray]
+
+
+Progress = Callable[[str, int | None], Callable[[int], None]]
+
+
+def _no_progress(_desc: str, _total: int | None) -> Callable[[int], None]:
+    return lambda _n: None
+
+
+def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--set`` keys starting with ``task.`` go to the task, the rest to the ranker."""
+    task = {k[len(TASK_PREFIX):]: v for k, v in sets.items() if k.startswith(TASK_PREFIX)}
+    ranker = {k: v for k, v in sets.items() if not k.startswith(TASK_PREFIX)}
+    return task, ranker
+
+
+def _non_default(cfg: Any) -> dict[str, Any]:
+    if cfg is None:
+        return {}
+    default = config_dict(type(cfg)())
+    return {k: v for k, v in config_dict(cfg).items() if default.get(k) != v}
+
+
+def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
+    if not max_queries or max_queries >= len(data.test):
+        return data
+    rows = np.sort(np.random.default_rng(seed).choice(len(data.test), size=max_queries, replace=False))
+    return dataclasses.replace(data, test=data.test.take(rows))
+
+
+def apply_variant(data: TaskData, variant: str, seed: int) -> TaskData:
+    if variant in ("", "original"):
+        return data
+    try:
+        from rbench import pools
+    except ImportError as exc:  # pragma: no cover - pools ships with rbench
+        raise RBenchError(f"variant {variant!r} is not available: {exc}") from exc
+    return pools.apply_variant(data, variant, seed)
+
+
+def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
+    spec = get_task(opts.task)
+    task_sets, ranker_sets = split_sets(opts.sets)
+    cls = load_ranker_class(opts.ranker)
+    domains = getattr(cls, "domains", None)
+    if domains and spec.domain not in domains:
+        raise RBenchError(f"ranker {opts.ranker!r} does not apply to {spec.domain} tasks such as {spec.name!r} "
+                          f"(it applies to: {', '.join(domains)})")
+    cache = paths.cache_dir()
+    ranker = make_ranker(opts.ranker, ranker_sets, RunContext(cache_dir=cache, seed=opts.seed))
+    if opts.write:
+        ensure_writable(Path(opts.results_dir))
+
+    t0 = time.perf_counter()
+    data = load_task(opts.task, task_sets, seed=opts.seed)
+    task_opts = _task_options_of(spec, task_sets)
+    data = apply_variant(data, opts.variant, opts.seed)
+    data = subsample(data, opts.max_queries, opts.seed)
+    load_s = time.perf_counter() - t0
+
+    t0 = time.perf_counter()
+    ranker.fit(data)
+    fit_s = time.perf_counter() - t0
+
+    tick = progress(f"{opts.ranker} on {spec.name}", len(data.test))
+    result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,
+                      chunk_size=opts.chunk_size, progress=tick)
+    values = per_query(result.ranks, data.test.grades, MEASURES)
+    metrics = aggregate(values)
+
+    ranker_cfg = ranker.config
+    diff = {"ranker": _non_default(getattr(ranker, "cfg", None)), "task": _non_default(task_opts),
+            "max_queries": opts.max_queries, "seed": opts.seed}
+    diff = {k: v for k, v in diff.items() if v not in ({}, None, 0)}
+    chash = config_hash(diff) if diff else ""
+    first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
+    record = RunRecord(
+        task=spec.name,
+        variant=opts.variant or "original",
+        scenario=spec.scenario,
+        task_fingerprint=data.fingerprint,
+        ranker={"name": opts.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg},
+        seed=opts.seed,
+        n_queries=len(data.test),
+        metrics=metrics,
+        timings={"load_s": round(load_s, 4), "fit_s": round(fit_s, 4),
+                 "index_s": round(result.timings.get("index_s", 0.0), 4),
+                 "score_s": round(result.timings["score_s"], 4),
+                 "per_query_ms": round(result.timings["per_query_ms"], 4)},
+        peak_rss_bytes=peak_rss_bytes(),
+        git_commit=git_commit(),
+        created=now_iso(),
+        task_options=config_dict(task_opts) if task_opts is not None else {},
+        run_options={"max_queries": opts.max_queries, "batch_size": opts.batch_size,
+                     "chunk_size": opts.chunk_size, "non_default": diff},
+        task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
+                   "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
+        ranker_info=dict(getattr(ranker, "info", {}) or {}),
+        machine=machine_info(),
+        config_hash=chash,
+    )
+    path = None
+    if opts.write:
+        path = record_path(Path(opts.results_dir), spec.scenario, record.task_key, opts.ranker, chash)
+        write_run(record, path, per_query_bytes(data.test.ids, values, first_rank))
+    return RunOutcome(record=record, path=path, per_query=values)
+
+
+def _task_options_of(spec: Any, task_sets: dict[str, str]) -> Any:
+    from rbench.tasks.registry import task_options
+
+    return task_options(spec, task_sets)
