@@ -203,8 +203,10 @@ _mount_data_app()
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: maps errors to exit codes and one clear line."""
     try:
-        app(args=argv, standalone_mode=False)
-        return 0
+        code = app(args=argv, standalone_mode=False)
+        if code == 130:  # click turned a KeyboardInterrupt into an abort
+            err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
+        return code if isinstance(code, int) else 0
     except RBenchError as exc:
         err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
         return 2

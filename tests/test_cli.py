@@ -1,0 +1,167 @@
+"""CLI behaviour: exit codes, one-line errors for bad input, RunRecords and tables."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+import numpy as np
+import pytest
+
+from rbench import plugins
+from rbench.cli import main
+from rbench.plugins import BaseRanker
+
+
+@dataclass
+class FakeOptions:
+    mode: str = "random"
+    scale: float = 1.0
+    flag: bool = False
+
+
+class FakeRanker(BaseRanker):
+    """A configurable misbehaving ranker for error-path tests."""
+
+    name = "fake"
+    version = "1"
+    Config = FakeOptions
+
+    def score(self, queries, candidates):
+        shape = candidates.shape if candidates.ndim == 2 else (len(queries), len(candidates))
+        mode = self.cfg.mode
+        if mode == "nan":
+            out = np.zeros(shape)
+            out[0, 0] = np.nan
+            return out
+        if mode == "shape":
+            return np.zeros((shape[0], shape[1] + 1))
+        if mode == "interrupt":
+            raise KeyboardInterrupt
+        if mode == "crash":
+            raise ZeroDivisionError("boom")
+        # deterministic pseudo-random scores keyed by (query id, candidate index)
+        qh = np.array([hash(q) % 1000 for q in queries.ids], dtype=np.float64)[:, None]
+        cand = candidates if candidates.ndim == 2 else candidates[None, :]
+        return np.sin(qh * 12.9898 + cand * 78.233) * self.cfg.scale
+
+
+class _EP:
+    def __init__(self, obj):
+        self.obj = obj
+
+    def load(self):
+        return self.obj
+
+
+@pytest.fixture
+def fake_ranker(monkeypatch):
+    real = plugins._entry_points
+
+    def eps():
+        out = dict(real())
+        out["fake"] = _EP(FakeRanker)
+        return out
+
+    monkeypatch.setattr(plugins, "_entry_points", eps)
+
+
+def run(capsys, *args):
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def test_unknown_task_and_ranker_suggest(capsys, fake_ranker):
+    code, _, err = run(capsys, "run", "--ranker", "fake", "--task", "ml-10k")
+    assert code == 2 and "did you mean 'ml-100k'" in err
+    code, _, err = run(capsys, "run", "--ranker", "fak", "--task", "ml-100k")
+    assert code == 2 and "did you mean 'fake'" in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_bad_set_key_and_type(capsys, fake_ranker, tmp_path):
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "scael=2", "--results-dir", str(tmp_path))
+    assert code == 2 and "unknown option 'scael'" in err and "did you mean 'scale'" in err
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "scale=big", "--results-dir", str(tmp_path))
+    assert code == 2 and "expected a number" in err
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "flag=maybe", "--results-dir", str(tmp_path))
+    assert code == 2 and "boolean" in err
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "task.history_lenn=5", "--results-dir", str(tmp_path))
+    assert code == 2 and "did you mean 'history_len'" in err
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "novalue", "--results-dir", str(tmp_path))
+    assert code == 2 and "key=value" in err
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_missing_data_says_how_to_get_it(capsys, fake_ranker, tmp_path):
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "rec-movie", "--results-dir", str(tmp_path))
+    assert code == 2 and "not present" in err and "--from" in err
+
+
+@pytest.mark.parametrize("mode,needle", [("nan", "non-finite"), ("shape", "shape")])
+def test_bad_ranker_output_names_the_ranker(capsys, fake_ranker, tmp_path, mode, needle):
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", f"mode={mode}", "-q",
+                       "--results-dir", str(tmp_path))
+    assert code == 2 and "'fake'" in err and needle in err
+    assert not list(tmp_path.rglob("*.json"))
+
+
+def test_internal_error_exit_1(capsys, fake_ranker, tmp_path):
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "mode=crash", "-q",
+                       "--results-dir", str(tmp_path))
+    assert code == 1 and "ZeroDivisionError" in err
+
+
+def test_interrupted_run_leaves_nothing(capsys, fake_ranker, tmp_path):
+    code, _, _ = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "mode=interrupt", "-q",
+                     "--results-dir", str(tmp_path))
+    assert code == 130
+    assert [p for p in tmp_path.rglob("*") if p.is_file()] == []
+
+
+def test_unwritable_results_dir(capsys, fake_ranker, tmp_path):
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--results-dir", str(blocker / "sub"))
+    assert code == 2 and "not writable" in err
+
+
+def test_run_writes_record_and_table(capsys, fake_ranker, tmp_path):
+    res = tmp_path / "results"
+    code, out, _ = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--json", "--results-dir", str(res))
+    assert code == 0
+    rec = json.loads(out)
+    for key in ("rbench_version", "git_commit", "task", "variant", "scenario", "task_fingerprint", "ranker",
+                "seed", "n_queries", "metrics", "timings", "peak_rss_bytes", "tie_rule", "created"):
+        assert key in rec, key
+    assert set(rec["metrics"]) == {"nDCG@10", "RR", "R@10", "R@100"}
+    assert set(rec["timings"]) >= {"fit_s", "index_s", "score_s", "per_query_ms"}
+    assert rec["n_queries"] == 943 and rec["scenario"] == "large"
+    assert rec["ranker"]["config"] == {"mode": "random", "scale": 1.0, "flag": False}
+    path = res / "large" / "ml-100k" / "fake.json"
+    assert path.exists() and (res / "large" / "ml-100k" / "fake.perquery.csv.gz").exists()
+    # a non-default config gets its own file
+    code, _, _ = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "scale=2", "--max-queries", "50",
+                     "-q", "--results-dir", str(res))
+    assert code == 0
+    other = [p for p in (res / "large" / "ml-100k").glob("fake-*.json")]
+    assert len(other) == 1 and json.loads(other[0].read_text())["n_queries"] == 50
+    md = tmp_path / "large.md"
+    code, out, _ = run(capsys, "table", "--scenario", "large", "--results-dir", str(res), "-o", str(md))
+    assert code == 0
+    text = md.read_text()
+    assert "| fake |" in text and "ml-100k nDCG@10" in text
+    code, _, err = run(capsys, "table", "--scenario", "larg", "--results-dir", str(res))
+    assert code == 2 and "did you mean" in err
+
+
+def test_help_and_listing(capsys):
+    code, out, _ = run(capsys, "--help")
+    assert code == 0 and "run" in out
+    code, out, _ = run(capsys, "tasks", "--json")
+    names = {t["name"] for t in json.loads(out)}
+    assert {"rec-music", "routing-balance", "rec-movie", "rec-toy", "msmarco", "esci", "rec-clothing",
+            "ml-100k"} <= names
+    code, out, _ = run(capsys, "rankers", "--json")
+    assert code == 0 and any(r["name"] == "bm25" for r in json.loads(out))
