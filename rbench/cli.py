@@ -14,7 +14,14 @@ from typing import Optional
 import typer
 from rich.console import Console
 from rich.markup import escape
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TextColumn,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
 from rich.table import Table
 
 from rbench.errors import RBenchError
@@ -180,6 +187,7 @@ def table_cmd(
         raise unknown("format", fmt, render)
     lb = leaderboard.build(results_dir, scenario, variant)
     out.print(leaderboard.rich_table(lb))
+    out.print(leaderboard.FOOTER, soft_wrap=True)
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
     target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
     try:

@@ -29,6 +29,9 @@ class Leaderboard:
     cells: dict[tuple[str, str], dict[str, float]]  # (row, task) -> metric -> fraction
     n_queries: dict[str, set[int]] = field(default_factory=dict)
     sources: dict[tuple[str, str], str] = field(default_factory=dict)
+    record_files: dict[tuple[str, str], Path] = field(default_factory=dict)
+    records: dict[tuple[str, str], RunRecord] = field(default_factory=dict)
+    alpha: float = 0.05
 
     def columns(self) -> list[tuple[str, str, str]]:
         return [(t, m, label) for t in self.tasks for m, label in SHOWN]
@@ -48,6 +51,55 @@ class Leaderboard:
                 elif len(vals) > 1 and v == vals[1]:
                     marks[(r, task, metric)] = "second"
         return marks
+
+
+    def below_pop(self) -> set[tuple[str, str]]:
+        """(row, task) cells whose MRR does not beat the popularity floor of that task."""
+        out = set()
+        for task in self.tasks:
+            pop = self.cells.get(("pop", task))
+            if pop is None:
+                continue
+            for r in self.rows:
+                if r in ("pop", "random") or (r, task) not in self.cells:
+                    continue
+                if self.cells[(r, task)]["RR"] <= pop["RR"]:
+                    out.add((r, task))
+        return out
+
+    def significance(self) -> dict[tuple[str, str, str], float]:
+        """(row, task, metric) -> p-value of the difference to the column's best row
+        (paired randomization test over the queries both runs share)."""
+        from rbench.results import read_per_query
+        from rbench.significance import paired_randomization
+
+        cache: dict[tuple[str, str], object] = {}
+
+        def pq(key):
+            if key not in cache:
+                path, rec = self.record_files.get(key), self.records.get(key)
+                cache[key] = read_per_query(path, rec) if path is not None and rec is not None else None
+            return cache[key]
+
+        out: dict[tuple[str, str, str], float] = {}
+        for task, metric, _ in self.columns():
+            rows = [r for r in self.rows if (r, task) in self.cells]
+            if len(rows) < 2:
+                continue
+            best = max(rows, key=lambda r: self.cells[(r, task)][metric])
+            ref = pq((best, task))
+            if ref is None:
+                continue
+            for r in rows:
+                other = pq((r, task))
+                if r == best or other is None:
+                    continue
+                both = ref.merge(other, on="query_id", suffixes=("_a", "_b"))
+                if len(both) < 2:
+                    continue
+                out[(r, task, metric)] = paired_randomization(both[f"{metric}_a"].to_numpy(),
+                                                              both[f"{metric}_b"].to_numpy(), n_resamples=2000)
+        return out
 
 
 def _task_order(tasks: set[str]) -> list[str]:
@@ -70,6 +122,8 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
     cells: dict[tuple[str, str], dict[str, float]] = {}
     nq: dict[str, set[int]] = {}
     sources: dict[tuple[str, str], str] = {}
+    files: dict[tuple[str, str], Path] = {}
+    records: dict[tuple[str, str], RunRecord] = {}
     for path, rec in load_records(results_dir, scenario):
         if (rec.variant or "original") != want and not (want != "original" and rec.variant.startswith(want)):
             continue
@@ -80,9 +134,10 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
         cells[key] = dict(rec.metrics)
         nq.setdefault(rec.task_key, set()).add(rec.n_queries)
         sources[key] = rec.created
+        files[key], records[key] = path, rec
     tasks = _task_order({t for _, t in cells})
     rows = _row_order({r for r, _ in cells})
-    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources)
+    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records)
 
 
 def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
@@ -97,8 +152,28 @@ def _nq(lb: Leaderboard, task: str) -> str:
     return "/".join(str(n) for n in sorted(lb.n_queries.get(task, ())))
 
 
+def _cell(lb: Leaderboard, r: str, t: str, m: str, marks, below, sig, style: str) -> str:
+    if (r, t) not in lb.cells:
+        return "–"
+    s = _fmt(lb.cells[(r, t)][m])
+    if sig.get((r, t, m), 1.0) < lb.alpha:
+        s += "*"
+    if (r, t) in below and m == "RR":
+        s += " ▽"
+    mark = marks.get((r, t, m))
+    if style == "md":
+        return f"**{s}**" if mark == "best" else f"<u>{s}</u>" if mark == "second" else s
+    return f"[bold]{s}[/bold]" if mark == "best" else f"[underline]{s}[/underline]" if mark == "second" else s
+
+
+FOOTER = ("MRR is the full reciprocal rank (no cutoff); nDCG@10 uses linear gain; ties are broken "
+          "pessimistically. `*`: significantly different from the column's best (two-sided paired "
+          "randomization test over per-query values, 2,000 sign flips, p < 0.05). `▽`: does not beat the "
+          "popularity floor (`pop`) on MRR.")
+
+
 def to_markdown(lb: Leaderboard) -> str:
-    marks = lb.rank_marks()
+    marks, below, sig = lb.rank_marks(), lb.below_pop(), lb.significance()
     title = f"# rbench leaderboard: {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
     if not lb.rows:
         return title + "\n\nNo results yet.\n"
@@ -107,17 +182,9 @@ def to_markdown(lb: Leaderboard) -> str:
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines.append("| *test queries* | " + " | ".join(_nq(lb, t) for t, _, _ in lb.columns()) + " |")
     for r in lb.rows:
-        cells = [r]
-        for t, m, _ in lb.columns():
-            if (r, t) not in lb.cells:
-                cells.append("–")
-                continue
-            s = _fmt(lb.cells[(r, t)][m])
-            mark = marks.get((r, t, m))
-            cells.append(f"**{s}**" if mark == "best" else f"<u>{s}</u>" if mark == "second" else s)
+        cells = [r] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]
         lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "MRR is the full reciprocal rank (no cutoff); nDCG@10 uses linear gain; ties are broken "
-              "pessimistically. Generated by `rbench table` from the RunRecords in `results/`.", ""]
+    lines += ["", FOOTER, "", "Generated by `rbench table` from the RunRecords in `results/`.", ""]
     return "\n".join(lines)
 
 
@@ -143,21 +210,12 @@ def to_json(lb: Leaderboard) -> str:
 def rich_table(lb: Leaderboard):
     from rich.table import Table
 
-    marks = lb.rank_marks()
+    marks, below, sig = lb.rank_marks(), lb.below_pop(), lb.significance()
     title = f"rbench — {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
-    table = Table(title=title, caption="% on the test split; bold = best, underline = second")
+    table = Table(title=title, caption="% on the test split; bold = best, underline = second; * and ▽: see below")
     table.add_column("Ranker", style="cyan")
     for t, _, label in lb.columns():
         table.add_column(f"{t}\n{label}\n(n={_nq(lb, t)})", justify="right")
     for r in lb.rows:
-        cells = [r]
-        for t, m, _ in lb.columns():
-            if (r, t) not in lb.cells:
-                cells.append("–")
-                continue
-            s = _fmt(lb.cells[(r, t)][m])
-            mark = marks.get((r, t, m))
-            cells.append(f"[bold]{s}[/bold]" if mark == "best" else f"[underline]{s}[/underline]"
-                         if mark == "second" else s)
-        table.add_row(*cells)
+        table.add_row(r, *[_cell(lb, r, t, m, marks, below, sig, "rich") for t, m, _ in lb.columns()])
     return table

@@ -6,11 +6,11 @@ import dataclasses
 
 import numpy as np
 
+from rankers.floors import PopularityRanker, RandomRanker
 from rbench.api import RunContext, TaskData
 from rbench.engine import evaluate
 from rbench.metrics import aggregate, per_query
 from rbench.tasks.spec import TaskSpec
-from rankers.floors import PopularityRanker, RandomRanker
 from tests.helpers import make_pool, make_queries
 
 SPEC = TaskSpec(name="toy", title="toy", scenario="large", domain="recommendation", description="",

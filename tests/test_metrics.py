@@ -5,7 +5,7 @@ from __future__ import annotations
 import ir_measures
 import numpy as np
 import pytest
-from ir_measures import R, RR, nDCG
+from ir_measures import RR, R, nDCG
 
 from rbench.engine import evaluate
 from rbench.metrics import MEASURES, aggregate, per_query

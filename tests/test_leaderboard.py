@@ -1,0 +1,52 @@
+"""Leaderboard marks on a synthetic results set: best/second, significance, below-popularity."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from rbench.leaderboard import build, to_csv, to_json, to_markdown
+from rbench.results import RunRecord, per_query_bytes, record_path, write_run
+
+
+def _write(res, ranker, task, rr_values, scenario="large", variant="original"):
+    rr = np.asarray(rr_values, dtype=float)
+    values = {"nDCG@10": rr * 0.9, "RR": rr, "R@10": (rr > 0.1).astype(float), "R@100": np.ones_like(rr)}
+    rec = RunRecord(task=task, variant=variant, scenario=scenario, task_fingerprint="f", ranker={"name": ranker,
+                    "version": "1", "config": {}}, seed=0, n_queries=len(rr),
+                    metrics={k: float(v.mean()) for k, v in values.items()}, timings={}, peak_rss_bytes=0,
+                    created="2026-11-22T00:00:00+00:00")
+    key = task if variant == "original" else f"{task}~{variant}"
+    write_run(rec, record_path(res, scenario, key, ranker, ""), per_query_bytes(
+        np.array([f"q{i}" for i in range(len(rr))]), values, np.ones(len(rr), dtype=int)))
+
+
+def test_marks(tmp_path):
+    rng = np.random.default_rng(0)
+    base = rng.random(400) * 0.5
+    _write(tmp_path, "pop", "ml-100k", base)
+    _write(tmp_path, "strong", "ml-100k", np.clip(base + 0.2, 0, 1))       # clearly best
+    _write(tmp_path, "close", "ml-100k", np.clip(base + 0.2 + rng.normal(0, 0.01, 400), 0, 1) - 0.0005)
+    _write(tmp_path, "weak", "ml-100k", base * 0.5)                         # below popularity
+    lb = build(tmp_path, "large")
+    assert lb.rows[0] == "pop"  # floors first
+    marks = lb.rank_marks()
+    assert marks[("strong", "ml-100k", "RR")] == "best"
+    assert marks[("close", "ml-100k", "RR")] == "second"
+    assert lb.below_pop() == {("weak", "ml-100k")}
+    sig = lb.significance()
+    assert sig[("weak", "ml-100k", "RR")] < 0.05 and sig[("pop", "ml-100k", "RR")] < 0.05
+    assert sig[("close", "ml-100k", "RR")] > 0.05
+    md = to_markdown(lb)
+    assert "| strong | **" in md and "<u>" in md and "▽" in md and "| *test queries* | 400 | 400 |" in md
+    weak_row = next(line for line in md.splitlines() if line.startswith("| weak |"))
+    assert weak_row.count("*") >= 2
+    assert "strong,ml-100k,400" in to_csv(lb)
+    assert '"scenario": "large"' in to_json(lb)
+
+
+def test_variant_tables_are_separate(tmp_path):
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
+    _write(tmp_path, "pop", "ml-100k", [0.1, 0.1], variant="mixed")
+    assert build(tmp_path, "large").tasks == ["ml-100k"]
+    assert build(tmp_path, "large", "mixed").tasks == ["ml-100k~mixed"]
+    assert build(tmp_path, "small").rows == []
