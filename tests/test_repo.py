@@ -1,0 +1,39 @@
+"""Repository invariants: CI runs exactly the README's test command; no real data is tracked."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _readme_commands() -> list[str]:
+    text = (ROOT / "README.md").read_text()
+    block = re.search(r"```bash\n(.*?)```", text, re.S)
+    assert block is not None, "README must open with a bash block"
+    assert text.index(block.group(0)) < 20, "the commands must come first"
+    return [line for line in block.group(1).splitlines() if line.strip()]
+
+
+def test_readme_opens_with_demo_and_test_commands():
+    cmds = _readme_commands()
+    assert len(cmds) == 2
+    assert "rbench run" in cmds[0] and "rbench table" in cmds[0]
+    assert "pytest" in cmds[1] and "torch==2.13.0" in cmds[1]
+
+
+def test_ci_runs_the_readme_test_command():
+    ci = (ROOT / ".ci" / "run").read_text()
+    assert _readme_commands()[1] in ci.splitlines()
+
+
+def test_no_real_data_or_weights_tracked():
+    try:
+        files = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True, check=True).stdout
+    except (OSError, subprocess.CalledProcessError):
+        return
+    bad = [f for f in files.splitlines()
+           if re.search(r"\.(inter|item|gguf|safetensors)$|collection\.tsv$|router_data\.csv$|qrels\.txt$", f)]
+    assert bad == []
