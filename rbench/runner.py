@@ -110,15 +110,19 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         ensure_writable(Path(opts.results_dir))
 
     t0 = time.perf_counter()
+    step = progress(f"loading {spec.name}", 1)
     data = load_task(opts.task, task_sets, seed=opts.seed)
     task_opts = _task_options_of(spec, task_sets)
     data = apply_variant(data, opts.variant, opts.seed)
     data = subsample(data, opts.max_queries, opts.seed)
     load_s = time.perf_counter() - t0
+    step(1)
 
     t0 = time.perf_counter()
+    step = progress(f"fitting {opts.ranker}", 1)
     ranker.fit(data)
     fit_s = time.perf_counter() - t0
+    step(1)
 
     tick = progress(f"{opts.ranker} on {spec.name}", len(data.test))
     result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,

@@ -1,0 +1,53 @@
+"""The contract types and the task registry."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from rbench.api import Ragged
+from rbench.errors import RBenchError
+from rbench.tasks import PROMPTS, get_task
+from rbench.tasks.registry import PAPER_TASKS
+
+PAPER_SIZES = {"rec-music": (20, 12483), "routing-balance": (20, 1620), "rec-movie": (3884, 4167),
+               "rec-toy": (11925, 19413), "msmarco": (24697, 3038), "esci": (4000, 3999),
+               "rec-clothing": (6805462, 185925)}
+
+
+def test_ragged_roundtrip_and_take():
+    rows = [[1, 2, 3], [], [4], [5, 6]]
+    r = Ragged.from_rows(rows)
+    assert [x.tolist() for x in r] == rows
+    t = r.take(np.array([3, 1, 0]))
+    assert [x.tolist() for x in t] == [[5, 6], [], [1, 2, 3]]
+    assert r.row_ids().tolist() == [0, 0, 0, 2, 3, 3]
+    with pytest.raises(ValueError):
+        Ragged(np.array([0, 2]), np.array([1]))
+
+
+def test_all_paper_tasks_declared_with_paper_sizes():
+    assert set(PAPER_TASKS) == set(PAPER_SIZES)
+    for name, (cand, nq) in PAPER_SIZES.items():
+        spec = get_task(name)
+        assert (spec.paper_candidates, spec.paper_queries) == (cand, nq)
+        assert spec.sources and spec.license and spec.how_to_get
+        assert "<|embedding|>" in spec.prompt and "{query}" in spec.prompt
+    assert get_task("rec-music").scenario == "small" and get_task("rec-clothing").scenario == "ultra"
+    assert get_task("esci").prompt == PROMPTS["product"]
+
+
+def test_unknown_task_suggests():
+    with pytest.raises(RBenchError, match="did you mean 'msmarco'"):
+        get_task("ms-marco")
+
+
+def test_listing_does_not_import_heavy_packages():
+    code = ("import sys; from rbench.cli import main; main(['rankers', '--json']); main(['tasks', '--json']);"
+            "heavy = [m for m in ('torch', 'transformers', 'recbole', 'peft', 'sentence_transformers') "
+            "if m in sys.modules]; print('HEAVY', heavy); sys.exit(1 if heavy else 0)")
+    res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert res.returncode == 0, res.stdout[-500:] + res.stderr[-2000:]
