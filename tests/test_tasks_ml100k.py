@@ -32,7 +32,6 @@ def test_sizes(task):
 
 
 def test_targets_history_and_exclusions(task, raw):
-    pos_of = {str(i): k for k, i in enumerate(task.pool.ids)}
     seqs = {str(u): [str(i) for i in g["item"]] for u, g in raw.groupby("user")}
     for qi in range(0, 943, 37):
         user = str(task.test.user_ids[qi])
