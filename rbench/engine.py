@@ -137,7 +137,11 @@ class _Chunks:
 
 
 def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
-    """Index the pool and return ``score(batch, candidates)`` for the engine's loop."""
+    """Index the pool and return ``score(batch, candidates)`` for the engine's loop.
+
+    The dense scorer is marked ``fresh_output``: it returns newly allocated float32 arrays that
+    the engine may modify in place (a plugin's ``score`` may return views of its own caches,
+    which are copied first)."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if is_embedding_ranker(ranker):
@@ -165,6 +169,7 @@ def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
                 return q @ np.asarray(block, dtype=np.float32).T
             return np.einsum("bd,bmd->bm", q, np.asarray(emb[cand], dtype=np.float32))
 
+        score.fresh_output = True  # type: ignore[attr-defined]
         return score, timings
     ranker.index(pool)
     timings["index_s"] = time.perf_counter() - t0
@@ -188,6 +193,7 @@ def evaluate(
     if scorer is None:
         scorer, timings = make_scorer(ranker, pool)
     name = getattr(ranker, "name", type(ranker).__name__)
+    fresh = bool(getattr(scorer, "fresh_output", False))
     n = len(queries)
     rank_vals = np.zeros(len(queries.positives.values), dtype=np.int64)
     top_idx = np.full((n, topk), -1, dtype=np.int64)
@@ -202,9 +208,10 @@ def evaluate(
         if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
             full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch)
             col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
-            sp = np.take_along_axis(full, col, axis=1).astype(np.float64)
+            sp = np.take_along_axis(full, col, axis=1)
         else:
-            sp = _check(scorer(batch, pos), pos.shape, name, batch).astype(np.float64)
+            full = None
+            sp = _check(scorer(batch, pos), pos.shape, name, batch)
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
         excl = batch.exclude
@@ -214,8 +221,10 @@ def evaluate(
             else:
                 shape = cand.shape if cand.ndim == 2 else (B, len(cand))
                 s = _check(scorer(batch, cand), shape, name, batch)
-            s = s.astype(np.float64, copy=True)
+            if not fresh or s is full:
+                s = s.copy()  # never modify a ranker's own arrays
             C = s.shape[1]
+            spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
             # exclusions -> -inf (never higher, never tied, never in top-k)
             if excl is not None and len(excl.values):
                 er, ev = excl.row_ids(), excl.values
@@ -245,14 +254,14 @@ def evaluate(
                 cmp[hit.any(axis=2)] = np.nan
             if pos.shape[1] <= 8:
                 for j in range(pos.shape[1]):
-                    t = sp[:, j : j + 1]
+                    t = spc[:, j : j + 1]
                     higher[:, j] += (cmp > t).sum(axis=1)
                     equal[:, j] += (cmp == t).sum(axis=1)
             else:  # many graded positives: sort once, binary-search each positive
                 srt = np.sort(np.where(np.isnan(cmp), -np.inf, cmp), axis=1)
                 for i in range(B):
-                    lo = np.searchsorted(srt[i], sp[i], side="left")
-                    hi = np.searchsorted(srt[i], sp[i], side="right")
+                    lo = np.searchsorted(srt[i], spc[i], side="left")
+                    hi = np.searchsorted(srt[i], spc[i], side="right")
                     higher[i] += C - hi
                     equal[i] += hi - lo
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
