@@ -1,0 +1,191 @@
+"""Engine speed and memory at scale (issue: RBench-Ultra on one box).
+
+Part 1 — rbench's dense full-rank evaluation (exact rank of every positive + top-100) against
+faiss ``IndexFlatIP`` top-100 search on the same arrays, in the same process.
+Part 2 — scaling: synthetic memory-mapped pools of 10^5 .. 7x10^6 candidates (128-d fp32); each
+size runs in a fresh subprocess so its peak RSS is its own; goal: peak RSS <= pool bytes + 2 GiB.
+
+Usage:
+    python benchmarks/engine_scale.py                       # both parts, default sizes
+    python benchmarks/engine_scale.py --queries 3000 --sizes 100000,1000000,7000000
+Prints rich tables and writes benchmarks/results/engine_scale.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+class _Stub:
+    """An EmbeddingRanker over fixed arrays (the engine does all the scoring work)."""
+
+    name, version, config = "stub", "0", {}
+
+    def __init__(self, emb, q):
+        self.emb, self.q = emb, q
+
+    def fit(self, task):
+        return None
+
+    def encode_pool(self, pool):
+        return self.emb
+
+    def encode_queries(self, queries):
+        return self.q[np.array([int(i[1:]) for i in queries.ids])]
+
+
+def _setup(n_pool: int, n_q: int, emb):
+    from rbench.api import Pool, Queries, Ragged
+
+    rng = np.random.default_rng(1)
+    pool = Pool(ids=np.arange(n_pool).astype(str).astype(object), texts=_NoTexts(n_pool), name="synthetic",
+                fingerprint=f"synthetic-{n_pool}")
+    offs = np.arange(n_q + 1, dtype=np.int64)
+    queries = Queries(ids=np.array([f"q{i}" for i in range(n_q)], dtype=object), texts=[""] * n_q,
+                      positives=Ragged(offs, rng.integers(0, n_pool, n_q)), grades=Ragged(offs.copy(), np.ones(n_q)))
+    return pool, queries
+
+
+class _NoTexts:
+    def __init__(self, n):
+        self.n = n
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, i):
+        return ""
+
+
+def part1(n_q: int, n_pool: int, dim: int) -> dict:
+    import faiss
+    import torch  # noqa: F401  (the engine uses torch.topk when torch is loaded, as dense rankers do)
+
+    from rbench.engine import evaluate
+
+    rng = np.random.default_rng(0)
+    emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
+    q = rng.standard_normal((n_q, dim), dtype=np.float32)
+    pool, queries = _setup(n_pool, n_q, emb)
+    t = time.perf_counter()
+    index = faiss.IndexFlatIP(dim)
+    index.add(emb)
+    _, top_faiss = index.search(q, 100)
+    t_faiss = time.perf_counter() - t
+    t = time.perf_counter()
+    res = evaluate(_Stub(emb, q), queries, pool)
+    t_rbench = time.perf_counter() - t
+    # exactness: faiss's top-1 equals ours; a positive's rank equals 1 + #(scores > its score)
+    agree = float((res.topk_index[:, 0] == top_faiss[:, 0]).mean())
+    i = 0
+    s = emb @ q[i]
+    exact = int((s > s[queries.positives[i][0]]).sum()) + 1 == int(res.ranks[i][0])
+    return {"queries": n_q, "pool": n_pool, "dim": dim, "faiss_s": t_faiss, "rbench_s": t_rbench,
+            "ratio": t_rbench / t_faiss, "top1_agree": agree, "rank_exact": exact}
+
+
+def _child(n_pool: int, n_q: int, dim: int, path: str) -> None:
+    """Runs in a subprocess: evaluate against a memory-mapped pool, report time and peak RSS."""
+    import resource
+
+    import torch  # noqa: F401
+
+    from rbench.engine import evaluate
+
+    emb = np.load(path, mmap_mode="r")
+    q = np.random.default_rng(0).standard_normal((n_q, dim), dtype=np.float32)
+    pool, queries = _setup(n_pool, n_q, emb)
+    t = time.perf_counter()
+    evaluate(_Stub(emb, q), queries, pool, batch_size=min(256, n_q), chunk_size=262144)
+    dt = time.perf_counter() - t
+    print(json.dumps({"seconds": dt, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
+
+
+def part2(sizes: list[int], n_q: int, dim: int, workdir: Path) -> list[dict]:
+    rows = []
+    for n in sizes:
+        path = workdir / f"pool_{n}.npy"
+        arr = np.lib.format.open_memmap(path, mode="w+", dtype=np.float32, shape=(n, dim))
+        rng = np.random.default_rng(n)
+        for a in range(0, n, 500_000):
+            b = min(n, a + 500_000)
+            arr[a:b] = rng.standard_normal((b - a, dim), dtype=np.float32)
+        arr.flush()
+        del arr
+        out = subprocess.run([sys.executable, __file__, "--child", str(n), str(n_q), str(dim), str(path)],
+                             capture_output=True, text=True, check=True)
+        m = json.loads(out.stdout.strip().splitlines()[-1])
+        pool_bytes = n * dim * 4
+        rows.append({"pool": n, "queries": n_q, "ms_per_query": 1000 * m["seconds"] / n_q,
+                     "peak_rss_gib": m["peak_rss"] / 2**30, "pool_gib": pool_bytes / 2**30,
+                     "goal_ok": m["peak_rss"] <= pool_bytes + 2 * 2**30})
+        path.unlink()
+    return rows
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--queries", type=int, default=3000)
+    ap.add_argument("--pool", type=int, default=25000)
+    ap.add_argument("--dim", type=int, default=1024)
+    ap.add_argument("--sizes", default="100000,300000,1000000,3000000,7000000")
+    ap.add_argument("--scale-queries", type=int, default=256)
+    ap.add_argument("--skip-part1", action="store_true")
+    ap.add_argument("--child", nargs=4)
+    args = ap.parse_args()
+    if args.child:
+        n, nq, d, path = args.child
+        _child(int(n), int(nq), int(d), path)
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console()
+    md = ["# Engine scale", "", f"Command: `python benchmarks/engine_scale.py {' '.join(sys.argv[1:])}`",
+          f"Machine: {os.cpu_count()} cores.", ""]
+    if not args.skip_part1:
+        r = part1(args.queries, args.pool, args.dim)
+        t = Table(title="Dense full-rank evaluation vs faiss IndexFlatIP top-100 (same arrays, same process)")
+        for c in ("queries x pool x dim", "faiss s", "rbench s", "ratio (goal <= 1.25)", "top-1 agree", "rank exact"):
+            t.add_column(c, justify="right")
+        row = [f"{r['queries']} x {r['pool']} x {r['dim']}", f"{r['faiss_s']:.2f}", f"{r['rbench_s']:.2f}",
+               f"{r['ratio']:.2f}", f"{r['top1_agree']:.3f}", str(r["rank_exact"])]
+        t.add_row(*row)
+        console.print(t)
+        md += ["| queries x pool x dim | faiss s | rbench s | ratio (goal <= 1.25) | top-1 agree | rank exact |",
+               "|---|---|---|---|---|---|", "| " + " | ".join(row) + " |", ""]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    if sizes:
+        with tempfile.TemporaryDirectory(dir=os.environ.get("RBENCH_BENCH_DIR")) as tmp:
+            rows = part2(sizes, args.scale_queries, 128, Path(tmp))
+        t = Table(title=f"Scaling: {args.scale_queries} queries, 128-d fp32 memory-mapped pools")
+        cols = ("pool", "ms/query", "peak RSS GiB", "pool GiB", "RSS <= pool + 2 GiB")
+        for c in cols:
+            t.add_column(c, justify="right")
+        md += ["| " + " | ".join(cols) + " |", "|---|---|---|---|---|"]
+        for r in rows:
+            cells = [f"{r['pool']:,}", f"{r['ms_per_query']:.1f}", f"{r['peak_rss_gib']:.2f}",
+                     f"{r['pool_gib']:.2f}", "yes" if r["goal_ok"] else "NO"]
+            t.add_row(*cells)
+            md.append("| " + " | ".join(cells) + " |")
+        console.print(t)
+    out = ROOT / "benchmarks" / "results" / "engine_scale.md"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(md) + "\n")
+    console.print(f"written: {out}")
+
+
+if __name__ == "__main__":
+    main()
