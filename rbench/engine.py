@@ -39,6 +39,12 @@ class EvalResult:
     topk_score: np.ndarray
     n_ranked: np.ndarray  # candidates actually ranked per query (after exclusions)
     timings: dict[str, float] = field(default_factory=dict)
+    # per positive (aligned with ranks.values): non-positive candidates scoring higher / equal,
+    # and positives placed before it; ranks = 1 + higher + equal + pos_before. Kept so that
+    # results over disjoint pool shards merge exactly (``merge``).
+    higher: np.ndarray | None = None
+    equal: np.ndarray | None = None
+    pos_before: np.ndarray | None = None
 
 
 def is_embedding_ranker(ranker: Any) -> bool:
@@ -122,9 +128,9 @@ def validate_queries(queries: Queries, pool: Pool) -> None:
 class _Chunks:
     """Candidate chunks of one query batch: (B, C) pool indices, or one shared 1-D range."""
 
-    def __init__(self, queries: Queries, pool_size: int, chunk_size: int) -> None:
+    def __init__(self, queries: Queries, pool_range: tuple[int, int], chunk_size: int) -> None:
         self.per_query = queries.candidates
-        self.pool_size, self.chunk_size = pool_size, chunk_size
+        self.pool_range, self.chunk_size = pool_range, chunk_size
 
     def __iter__(self):
         if self.per_query is not None:
@@ -132,8 +138,9 @@ class _Chunks:
             for a in range(0, m, self.chunk_size):
                 yield a, self.per_query[:, a : a + self.chunk_size]
         else:
-            for a in range(0, self.pool_size, self.chunk_size):
-                yield a, np.arange(a, min(a + self.chunk_size, self.pool_size), dtype=np.int64)
+            lo, hi = self.pool_range
+            for a in range(lo, hi, self.chunk_size):
+                yield a, np.arange(a, min(a + self.chunk_size, hi), dtype=np.int64)
 
 
 def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
@@ -153,13 +160,12 @@ def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
         cache: dict[str, Any] = {}
 
         def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
-            key = id(batch)
-            if cache.get("key") != key:
+            if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
                 q = np.asarray(ranker.encode_queries(batch))
                 if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != emb.shape[1]:
                     raise RankerOutputError(f"ranker {ranker.name!r}: encode_queries returned shape "
                                             f"{q.shape}, expected ({len(batch)}, {emb.shape[1]})")
-                cache["key"], cache["q"] = key, q.astype(np.float32, copy=False)
+                cache["batch"], cache["q"] = batch, q.astype(np.float32, copy=False)
             q = cache["q"]
             if cand.ndim == 1:
                 if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
@@ -186,16 +192,28 @@ def evaluate(
     topk: int = 100,
     progress: Callable[[int], None] | None = None,
     scorer: Scorer | None = None,
+    pool_range: tuple[int, int] | None = None,
 ) -> EvalResult:
-    """Rank ``pool`` (or each query's candidate list) for every query; exact positive ranks."""
+    """Rank ``pool`` (or each query's candidate list) for every query; exact positive ranks.
+
+    ``pool_range=(a, b)`` scans only candidates a..b-1 of a shared pool (one shard); the
+    positives are still scored and compared wherever they live, so shard results ``merge``
+    into exactly the single-process result.
+    """
     validate_queries(queries, pool)
+    if pool_range is not None and queries.candidates is not None:
+        raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
+    pool_range = pool_range or (0, len(pool))
     timings: dict[str, float] = {}
     if scorer is None:
         scorer, timings = make_scorer(ranker, pool)
     name = getattr(ranker, "name", type(ranker).__name__)
     fresh = bool(getattr(scorer, "fresh_output", False))
     n = len(queries)
-    rank_vals = np.zeros(len(queries.positives.values), dtype=np.int64)
+    n_pos = len(queries.positives.values)
+    higher_vals = np.zeros(n_pos, dtype=np.int64)
+    equal_vals = np.zeros(n_pos, dtype=np.int64)
+    before_vals = np.zeros(n_pos, dtype=np.int64)
     top_idx = np.full((n, topk), -1, dtype=np.int64)
     top_val = np.full((n, topk), -np.inf, dtype=np.float64)
     n_ranked = np.zeros(n, dtype=np.int64)
@@ -215,7 +233,7 @@ def evaluate(
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
         excl = batch.exclude
-        for a, cand in _Chunks(batch, len(pool), chunk_size):
+        for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
             else:
@@ -275,19 +293,45 @@ def evaluate(
                             | ((grade[:, None, :] == grade[:, :, None]) & (pos[:, None, :] > pos[:, :, None])))
         )
         pos_before = (before & ok).sum(axis=2)
-        rank = 1 + higher + equal + pos_before
-        rank_vals[batch_slice(queries.positives, rows)] = rank[pos_ok]
+        flat = batch_slice(queries.positives, rows)
+        higher_vals[flat], equal_vals[flat], before_vals[flat] = higher[pos_ok], equal[pos_ok], pos_before[pos_ok]
         if progress is not None:
             progress(B)
     timings["score_s"] = time.perf_counter() - t_score
     timings["per_query_ms"] = 1000.0 * timings["score_s"] / max(n, 1)
     top_idx[~np.isfinite(top_val)] = -1
     return EvalResult(
-        ranks=Ragged(queries.positives.offsets.copy(), rank_vals),
+        ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals),
         topk_index=top_idx,
         topk_score=top_val,
         n_ranked=n_ranked,
         timings=timings,
+        higher=higher_vals,
+        equal=equal_vals,
+        pos_before=before_vals,
+    )
+
+
+def merge(parts: list[EvalResult]) -> EvalResult:
+    """Combine results over disjoint pool shards into the result over their union (exact)."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    first = parts[0]
+    higher = np.sum([p.higher for p in parts], axis=0)
+    equal = np.sum([p.equal for p in parts], axis=0)
+    k = first.topk_index.shape[1]
+    idx = np.concatenate([p.topk_index for p in parts], axis=1)
+    val = np.concatenate([p.topk_score for p in parts], axis=1)
+    val = np.where(idx < 0, -np.inf, val)
+    # ties between shards: lower pool index first, as within one scan
+    order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -val), axis=1)[:, :k]
+    top_idx, top_val = np.take_along_axis(idx, order, axis=1), np.take_along_axis(val, order, axis=1)
+    timings = {key: float(sum(p.timings.get(key, 0.0) for p in parts)) for key in first.timings}
+    return EvalResult(
+        ranks=Ragged(first.ranks.offsets.copy(), 1 + higher + equal + first.pos_before),
+        topk_index=top_idx, topk_score=top_val,
+        n_ranked=np.sum([p.n_ranked for p in parts], axis=0), timings=timings,
+        higher=higher, equal=equal, pos_before=first.pos_before.copy(),
     )
 
 

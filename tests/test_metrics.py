@@ -119,3 +119,24 @@ def test_memory_bounded_by_batch_times_chunk():
     queries = make_queries([[i] for i in range(50)])
     evaluate(Spy(table), queries, make_pool(3000), batch_size=10, chunk_size=256)
     assert Spy.biggest <= 10 * 256
+
+
+def test_shards_merge_exactly_into_the_single_scan():
+    from rbench.engine import merge
+
+    rng = np.random.default_rng(5)
+    n_q, n_pool = 30, 700
+    table = np.round(rng.random((n_q, n_pool)) * 50) / 50  # many ties on purpose
+    positives = [rng.choice(n_pool, size=int(rng.integers(1, 4)), replace=False).tolist() for _ in range(n_q)]
+    exclude = [rng.choice(n_pool, size=5, replace=False).tolist() for _ in range(n_q)]
+    exclude = [[e for e in ex if e not in pos] for ex, pos in zip(exclude, positives)]
+    q = make_queries(positives, exclude=exclude)
+    pool = make_pool(n_pool)
+    whole = evaluate(TableRanker(table), q, pool, chunk_size=100, topk=20)
+    bounds = [0, 123, 400, 401, n_pool]
+    parts = [evaluate(TableRanker(table), q, pool, chunk_size=64, topk=20, pool_range=(a, b))
+             for a, b in zip(bounds[:-1], bounds[1:])]
+    merged = merge(parts)
+    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
+    np.testing.assert_array_equal(merged.n_ranked, whole.n_ranked)
+    np.testing.assert_array_equal(merged.topk_score, whole.topk_score)
