@@ -197,6 +197,32 @@ def table_cmd(
     out.print(f"written: {target}")
 
 
+plot_app = typer.Typer(no_args_is_help=True, help="Figures from RunRecords (PNG).")
+app.add_typer(plot_app, name="plot")
+
+
+@plot_app.command("scaling")
+def plot_scaling_cmd(
+    task: str = typer.Option(..., "--task", "-t"),
+    rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more rankers."),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file (default leaderboards/scaling-<task>.png)."),
+) -> None:
+    """MRR vs candidate-pool size (the paper's scaling figure) from original + scaled:N runs."""
+    from rbench.plots import plot_scaling, scaling_points
+
+    target = output or Path("leaderboards") / f"scaling-{task}.png"
+    plot_scaling(results_dir, task, rankers, target)
+    table = Table(title=f"{task}: MRR vs pool size")
+    for col in ("ranker", "pool", "MRR %", "nDCG@10 %"):
+        table.add_column(col, justify="right")
+    for ranker, rows in scaling_points(results_dir, task, rankers).items():
+        for n, rr, nd in rows:
+            table.add_row(ranker, f"{n:,}", f"{100 * rr:.2f}", f"{100 * nd:.2f}")
+    out.print(table)
+    out.print(f"written: {target}")
+
+
 def _mount_data_app() -> None:
     try:
         from rbench.cli_data import data_app

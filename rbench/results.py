@@ -114,7 +114,8 @@ def now_iso() -> str:
 
 def record_path(results_dir: Path, scenario: str, task_key: str, ranker: str, config_hash: str) -> Path:
     stem = f"{ranker}-{config_hash}" if config_hash else ranker
-    return Path(results_dir) / scenario / task_key / f"{stem}{RECORD_SUFFIX}"
+    safe_key = task_key.replace(":", "-")  # scaled:N -> scaled-N (portable directory names)
+    return Path(results_dir) / scenario / safe_key / f"{stem}{RECORD_SUFFIX}"
 
 
 def ensure_writable(directory: Path) -> None:
