@@ -49,6 +49,7 @@ class RunOptions:
     batch_size: int = 256
     chunk_size: int = 65536
     write: bool = True
+    ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
 
 
 @dataclass
@@ -98,6 +99,12 @@ def apply_variant(data: TaskData, variant: str, seed: int) -> TaskData:
 
 def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
     spec = get_task(opts.task)
+    if opts.ann is not None:
+        from rbench.ann import BACKENDS
+        from rbench.errors import unknown
+
+        if opts.ann not in BACKENDS:
+            raise unknown("--ann backend", opts.ann, BACKENDS)
     task_sets, ranker_sets = split_sets(opts.sets)
     cls = load_ranker_class(opts.ranker)
     domains = getattr(cls, "domains", None)
@@ -128,6 +135,7 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
     result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,
                       chunk_size=opts.chunk_size, progress=tick)
     values = per_query(result.ranks, data.test.grades, MEASURES)
+    ann_info = _measure_ann(ranker, data, opts) if opts.ann else None
     metrics = aggregate(values)
 
     ranker_cfg = ranker.config
@@ -157,7 +165,7 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
                      "chunk_size": opts.chunk_size, "non_default": diff},
         task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
                    "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
-        ranker_info=dict(getattr(ranker, "info", {}) or {}),
+        ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
         machine=machine_info(),
         config_hash=chash,
     )
@@ -166,6 +174,22 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         path = record_path(Path(opts.results_dir), spec.scenario, record.task_key, opts.ranker, chash)
         write_run(record, path, per_query_bytes(data.test.ids, values, first_rank))
     return RunOutcome(record=record, path=path, per_query=values)
+
+
+def _measure_ann(ranker: Any, data: TaskData, opts: RunOptions) -> dict[str, Any]:
+    """Build a faiss index over the ranker's candidate vectors and measure it on <= 1000 queries."""
+    from rbench import ann
+    from rbench.engine import is_embedding_ranker
+
+    if not is_embedding_ranker(ranker):
+        raise RBenchError(f"--ann needs an embedding ranker; {opts.ranker!r} scores with its own score()")
+    rows = np.arange(len(data.test))
+    if len(rows) > 1000:
+        rows = np.sort(np.random.default_rng(opts.seed).choice(rows, size=1000, replace=False))
+    sample = data.test.take(rows)
+    emb = ranker.encode_pool(data.pool)
+    qv = np.asarray(ranker.encode_queries(sample), dtype=np.float32)
+    return ann.measure(emb, qv, list(sample.positives), opts.ann, seed=opts.seed)
 
 
 def _task_options_of(spec: Any, task_sets: dict[str, str]) -> Any:
