@@ -47,12 +47,22 @@ def pool_embeddings(
     root: Path | None = None,
     progress: bool = True,
     texts: Callable[[np.ndarray], list[str]] | None = None,
+    truncate: int | None = None,
 ) -> np.ndarray:
     """Return the (N, d) candidate matrix of ``pool`` (memory-mapped), encoding what is missing.
 
     ``key`` must identify everything the vectors depend on (model id/revision/path hash, pooling,
-    max length, normalisation); the pool fingerprint is added here.
+    max length, normalisation); the pool fingerprint, storage dtype and truncation are added here.
+    ``dtype="float16"`` halves the disk/page-cache footprint (the engine computes in fp32 chunk by
+    chunk); ``truncate=128`` keeps the first 128 dimensions (Matryoshka truncation).
     """
+    if dtype not in ("float32", "float16"):
+        raise ValueError(f"embedding storage dtype must be float32 or float16, not {dtype}")
+    key = {**key, "storage": dtype, "truncate": truncate}
+    if truncate:
+        inner = encode
+        encode = lambda batch: np.asarray(inner(batch))[:, :truncate]  # noqa: E731
+        dim = min(dim, truncate) if dim else truncate
     if not pool.fingerprint:
         # without a content fingerprint a cache could silently serve another pool's vectors
         return _encode_all(pool, encode, batch_size, dtype, progress, texts)

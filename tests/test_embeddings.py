@@ -48,3 +48,15 @@ def test_resumes_after_interruption(tmp_path):
     assert resumed < 2000  # did not start over (progress is flushed every 16 batches)
     ref = _encoder([])(pool.text_batch(np.arange(2000)))
     np.testing.assert_array_equal(out, ref)
+
+
+def test_fp16_storage_and_truncation(tmp_path):
+    pool = make_pool(300)
+    calls: list[int] = []
+    full = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False)
+    half = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="float16")
+    cut = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, truncate=2)
+    assert half.dtype == np.float16 and cut.shape == (300, 2)
+    np.testing.assert_allclose(half.astype(np.float32), full, rtol=1e-3)
+    np.testing.assert_array_equal(cut, full[:, :2])
+    assert sum(calls) == 900  # three distinct cache entries
