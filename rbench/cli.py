@@ -177,6 +177,8 @@ def table_cmd(
     fmt: str = typer.Option("md", "--format", "-f", help="md | csv | json (written to --output)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o",
                                           help="File to write (default leaderboards/<scenario>[~variant].<fmt>)."),
+    paper: bool = typer.Option(False, "--paper", help="Append the paper's own numbers as a separate, labelled "
+                               "reference table (md only)."),
 ) -> None:
     """Build a leaderboard (ranker rows x task columns) from RunRecords."""
     from rbench import leaderboard
@@ -187,7 +189,8 @@ def table_cmd(
         from rbench.errors import unknown
 
         raise unknown("scenario", scenario, SCENARIOS)
-    render = {"md": leaderboard.to_markdown, "csv": leaderboard.to_csv, "json": leaderboard.to_json}
+    render = {"md": lambda lb: leaderboard.to_markdown(lb, paper=paper), "csv": leaderboard.to_csv,
+              "json": leaderboard.to_json}
     if fmt not in render:
         from rbench.errors import unknown
 

@@ -50,3 +50,15 @@ def test_variant_tables_are_separate(tmp_path):
     assert build(tmp_path, "large").tasks == ["ml-100k"]
     assert build(tmp_path, "large", "mixed").tasks == ["ml-100k~mixed"]
     assert build(tmp_path, "small").rows == []
+
+
+def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
+    from rbench.leaderboard import paper_reference
+
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
+    lb = build(tmp_path, "large")
+    md = to_markdown(lb, paper=True)
+    main_part, ref_part = md.split("## Reference", 1)
+    assert "LRanker" not in main_part and "| LRanker | 8.02 | 7.80 |" in ref_part and "A6000" in ref_part
+    assert ("SASRec", "ml-100k", "RR", 3.84) in paper_reference("large", "original", ["ml-100k"])
+    assert "## Reference" not in to_markdown(lb)
