@@ -165,3 +165,17 @@ def test_help_and_listing(capsys):
             "ml-100k"} <= names
     code, out, _ = run(capsys, "rankers", "--json")
     assert code == 0 and any(r["name"] == "bm25" for r in json.loads(out))
+
+
+def test_malformed_data_file_names_file_and_line(capsys, tmp_path, monkeypatch):
+    from rbench import paths
+
+    raw = paths.raw_dir("msmarco")
+    raw.mkdir(parents=True)
+    (raw / "collection.tsv").write_text("0\tfirst passage\n1\tsecond passage\n")
+    (raw / "queries.tsv").write_text("10\twhat is first\n")
+    (raw / "qrels.txt").write_text("10 0 0 1\n10 0 1 notanumber\n")
+    code, _, err = run(capsys, "run", "-r", "bm25", "-t", "msmarco", "--results-dir", str(tmp_path / "res"))
+    assert code == 2
+    assert "qrels.txt" in err and "line 2" in err
+    assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
