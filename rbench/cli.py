@@ -49,13 +49,17 @@ def _progress_factory(enabled: bool):
 @app.command("tasks")
 def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """List the tasks, the paper's sizes and whether their data is present."""
+    from rbench.store import prepared_sizes
     from rbench.tasks.registry import data_status, list_tasks
 
     rows = []
     for spec in list_tasks():
         present, detail = data_status(spec)
+        prepared = prepared_sizes(spec)
         rows.append({"name": spec.name, "title": spec.title, "scenario": spec.scenario, "domain": spec.domain,
                      "paper_candidates": spec.paper_candidates, "paper_queries": spec.paper_queries,
+                     "prepared_pool": prepared["pool"] if prepared else None,
+                     "prepared_queries": prepared["queries"] if prepared else None,
                      "data_present": present, "data": detail, "license": spec.license,
                      "sources": [{"name": s.name, "url": s.url, "license": s.license} for s in spec.sources],
                      "description": spec.description,
@@ -65,8 +69,8 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-
         print(json.dumps(rows, indent=2))
         return
     table = Table(title="rbench tasks")
-    for col in ("task", "scenario", "domain", "paper cand.", "paper queries", "data"):
-        table.add_column(col, justify="right" if col.startswith("paper") else "left", no_wrap=True)
+    for col in ("task", "scenario", "domain", "paper cand.", "paper queries", "prepared pool / queries", "data"):
+        table.add_column(col, justify="right" if col.startswith(("paper", "prepared")) else "left", no_wrap=True)
     missing = []
     for r in rows:
         cand = f"{r['paper_candidates']:,}" if r["paper_candidates"] else "–"
@@ -74,7 +78,8 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-
         data = "[green]present[/green]" if r["data_present"] else "[yellow]missing[/yellow]"
         if not r["data_present"]:
             missing.append(r)
-        table.add_row(r["name"], r["scenario"], r["domain"], cand, nq, data)
+        prep = f"{r['prepared_pool']:,} / {r['prepared_queries']:,}" if r["prepared_pool"] is not None else "–"
+        table.add_row(r["name"], r["scenario"], r["domain"], cand, nq, prep, data)
     out.print(table)
     for r in missing:
         out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['data'])}", soft_wrap=True)

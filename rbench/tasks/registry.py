@@ -224,4 +224,8 @@ def load_task(name: str, options: dict[str, Any] | None = None, seed: int = 0) -
                           else f"task {name!r}: data not present: {detail}")
     opts = task_options(spec, options)
     loader = _resolve(spec.loader)
-    return loader(spec, opts, seed)
+    if spec.embedded:  # ships inside an installed package and loads in ~0.5 s: not cached
+        return loader(spec, opts, seed)
+    from rbench import store  # prepared once, memory-mapped afterwards (rbench.store)
+
+    return store.load_cached(spec, opts, seed, loader)

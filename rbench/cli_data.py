@@ -1,0 +1,305 @@
+"""``rbench data``: download, prepare, import and list task data.
+
+- ``download TASK`` fetches the task's public files (``rbench.sources``: sha256-checked where a
+  checksum is published, resumable) into ``RBENCH_HOME/downloads/<task>/`` and installs them into
+  ``raw_dir(task)`` (archives extracted, other files hard-linked).
+- ``prepare TASK [--from PATH]`` loads the task once through the registry, which writes the
+  prepared cache (``rbench.store``), and prints its sizes beside the paper's. With ``--from``, the
+  raw folder is first replaced by links to PATH (a file, or every non-hidden entry of a folder):
+  symbolic links when the system allows them (no copy of large files; PATH must stay where it
+  is, and a change to its files re-prepares), a copy otherwise (e.g. Windows without the symlink
+  privilege). Files in the raw folder that came from ``download`` are replaced too; the download
+  cache keeps them.
+- ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.generic``).
+- ``list`` shows every task's raw, download and prepared state.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Optional
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+from rich.progress import (
+    BarColumn,
+    DownloadColumn,
+    Progress,
+    SpinnerColumn,
+    TextColumn,
+    TimeElapsedColumn,
+    TransferSpeedColumn,
+)
+from rich.table import Table
+
+from rbench import paths
+from rbench.errors import RBenchError
+
+data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
+out = Console() if sys.stdout.isatty() else Console(width=160)
+err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+
+TASK_PREFIX = "task."
+
+
+def _fmt(n: Any) -> str:
+    return f"{n:,}" if isinstance(n, int) else "–"
+
+
+def _bytes(n: int) -> str:
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+# --------------------------------------------------------------------------------------------
+# download
+# --------------------------------------------------------------------------------------------
+
+
+@data_app.command("download")
+def download_cmd(
+    task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
+    force: bool = typer.Option(False, "--force", help="Discard cached downloads and fetch again."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Fetch a task's public files (checksummed, resumable) and install them into its raw folder."""
+    from rbench import sources
+
+    files = sources.remote_files(task)
+    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+                        TimeElapsedColumn(), console=err, disable=quiet)
+
+    def bar(rf: sources.RemoteFile):
+        tid = progress.add_task(rf.filename, total=rf.size)
+
+        def update(done: int, total: int | None) -> None:
+            progress.update(tid, completed=done, total=total)
+
+        return update
+
+    with progress:
+        raw = sources.download_task(task, force=force, progress=bar)
+    manifest_path = sources.downloads_dir(task) / "manifest.json"
+    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    for rf in files:
+        m = manifest.get(rf.filename, {})
+        pin = "checked" if rf.sha256 else "not published; computed"
+        out.print(f"{rf.filename}: {_bytes(m.get('size', 0))}, sha256 {m.get('sha256', '?')} ({pin})",
+                  soft_wrap=True, highlight=False)
+    out.print(f"installed into {raw}", soft_wrap=True, highlight=False)
+    out.print(f"next: rbench data prepare {task}", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# prepare
+# --------------------------------------------------------------------------------------------
+
+
+def _within(path: Path, root: Path) -> bool:
+    p, r = os.path.realpath(path), os.path.realpath(root)
+    return p == r or p.startswith(r + os.sep)
+
+
+def link_from(source: Path, raw: Path) -> tuple[str, list[str]]:
+    """Replace ``raw``'s contents by links to ``source`` (see module doc). Returns (how, names)."""
+    source = Path(source).expanduser()
+    if not source.exists():
+        raise RBenchError(f"--from {source}: no such file or folder")
+    source = source.resolve()
+    if _within(source, raw) or _within(raw, source):
+        raise RBenchError(f"--from {source}: overlaps the task's raw folder {raw}")
+    entries = [source] if source.is_file() else sorted(p for p in source.iterdir() if not p.name.startswith("."))
+    if not entries:
+        raise RBenchError(f"--from {source}: the folder is empty")
+    raw.parent.mkdir(parents=True, exist_ok=True)
+    tmp = raw.parent / f".from-{raw.name}-{os.getpid()}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir()
+    how = "symlinked"
+    try:
+        for entry in entries:
+            try:
+                os.symlink(entry, tmp / entry.name, target_is_directory=entry.is_dir())
+            except OSError:
+                how = "copied"
+                if entry.is_dir():
+                    shutil.copytree(entry, tmp / entry.name)
+                else:
+                    shutil.copy2(entry, tmp / entry.name)
+        old = raw.parent / f".old-{raw.name}-{os.getpid()}"
+        if raw.is_symlink() or raw.exists():
+            os.replace(raw, old)
+        os.replace(tmp, raw)
+        if old.is_symlink():
+            old.unlink()  # a raw folder that was itself a link: never delete what it points to
+        elif old.exists():
+            shutil.rmtree(old)  # removes links, never their targets
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return how, [e.name for e in entries]
+
+
+def _task_sets(items: Optional[list[str]]) -> dict[str, str]:
+    from rbench.config import parse_assignments
+
+    sets = parse_assignments(items)
+    bad = [k for k in sets if not k.startswith(TASK_PREFIX)]
+    if bad:
+        raise RBenchError(f"--set {bad[0]}: prepare takes task options only, as task.key=value "
+                          f"(e.g. --set task.n_queries=1000)")
+    return {k[len(TASK_PREFIX):]: v for k, v in sets.items()}
+
+
+def size_rows(data: Any) -> list[tuple[str, Any, Any]]:
+    """(what, prepared, paper) rows for the sizes table."""
+    spec = data.spec
+    n_queries = len(data.train) + len(data.valid) + len(data.test)
+    rows: list[tuple[str, Any, Any]] = []
+    if data.test.candidates is not None:
+        rows.append(("candidates per query", int(data.test.candidates.shape[1]), spec.paper_candidates))
+        rows.append(("pool (distinct candidates)", len(data.pool), None))
+    else:
+        rows.append(("pool (candidates)", len(data.pool), spec.paper_candidates))
+    rows.append(("queries (train+valid+test)", n_queries, spec.paper_queries))
+    for split in ("train", "valid", "test"):
+        rows.append((f"  {split}", len(getattr(data, split)), None))
+    return rows
+
+
+@data_app.command("prepare")
+def prepare_cmd(
+    task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
+    from_path: Optional[Path] = typer.Option(None, "--from", help="File or folder holding the task's raw files."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Task option as task.key=value (repeatable)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for sampling and splits."),
+    as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
+) -> None:
+    """Load a task once (filling the prepared cache) and show its sizes beside the paper's."""
+    from rbench import store
+    from rbench.tasks.registry import get_task, load_task, task_options
+
+    spec = get_task(task)
+    options = _task_sets(sets)
+    task_options(spec, options)  # a bad option fails before anything is linked or loaded
+    if from_path is not None:
+        if spec.loader.startswith("rbench.tasks.generic:"):
+            raise RBenchError(f"task {task!r} is an imported task: re-import it with rbench data import {task} ...")
+        if spec.embedded:
+            raise RBenchError(f"task {task!r} reads data shipped inside an installed package; --from does not apply")
+        how, names = link_from(from_path, paths.raw_dir(task))
+        if not as_json:
+            out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
+    before = {m.get("key") for m in store.entries(task)}
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                  transient=True, disable=as_json) as progress:
+        progress.add_task(f"preparing {task}", total=None)
+        data = load_task(task, options, seed=seed)
+    newest = store.prepared_sizes(spec)
+    cached = newest is not None and newest.get("key") in before
+    rows = size_rows(data)
+    if as_json:
+        print(json.dumps({"task": task, "seed": seed, "options": options, "cache_hit": cached,
+                          "prepared": newest.get("folder") if newest else None,
+                          "sizes": {w.strip(): {"prepared": p, "paper": q} for w, p, q in rows}}, indent=2))
+        return
+    table = Table(title=f"{task}: prepared vs paper (seed {seed})")
+    for col in ("", "prepared", "paper"):
+        table.add_column(col, justify="left" if not col else "right")
+    for what, prepared, paper in rows:
+        table.add_row(what, _fmt(prepared), _fmt(paper))
+    out.print(table)
+    if spec.embedded or newest is None:
+        out.print("not cached (loads directly)" if spec.embedded else "not cached", highlight=False)
+    else:
+        state = "already prepared (nothing to do)" if cached else "prepared"
+        out.print(f"{state}: {newest['folder']}", soft_wrap=True, highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# import
+# --------------------------------------------------------------------------------------------
+
+
+@data_app.command("import")
+def import_cmd(
+    name: str = typer.Argument(..., help="Name of the new task (lowercase, digits, . _ -)."),
+    corpus: Path = typer.Option(..., "--corpus", help="corpus.jsonl[.gz] ({_id, title?, text})."),
+    queries: Path = typer.Option(..., "--queries", help="queries.jsonl[.gz] ({_id, text, split?})."),
+    qrels: Path = typer.Option(..., "--qrels", help="qrels.tsv[.gz] (query-id, corpus-id, score)."),
+    candidates: Optional[Path] = typer.Option(None, "--candidates", help="candidates.jsonl (small scenario)."),
+    scenario: str = typer.Option("large", "--scenario", help="small | large | ultra"),
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing import of the same name."),
+) -> None:
+    """Import a bring-your-own task in the BEIR layout (validated completely before copying)."""
+    from rbench.tasks.generic import import_task
+
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                  transient=True) as progress:
+        progress.add_task(f"validating and importing {name}", total=None)
+        target = import_task(name, corpus, queries, qrels, scenario, candidates, overwrite=overwrite)
+    counts = json.loads((target / "task.json").read_text(encoding="utf-8")).get("counts", {})
+    out.print(f"imported {name!r} into {target}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()),
+              soft_wrap=True, highlight=False)
+    out.print(f"next: rbench data prepare {name}   or   rbench run --task {name} --ranker bm25", highlight=False)
+
+
+# --------------------------------------------------------------------------------------------
+# list
+# --------------------------------------------------------------------------------------------
+
+
+def _download_state(task: str, embedded: bool = False) -> str:
+    from rbench import sources
+
+    if embedded:
+        return "ships with a package"
+    if task not in sources.SOURCES:
+        return "no direct URL"
+    folder = sources.downloads_dir(task)
+    want = sources.SOURCES[task]
+    have = [rf for rf in want if (folder / rf.filename).is_file()]
+    partial = [rf for rf in want if (folder / (rf.filename + ".part")).is_file()]
+    state = f"{len(have)}/{len(want)} files"
+    return state + (f", {len(partial)} partial" if partial else "")
+
+
+@data_app.command("list")
+def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
+    """Every task with its raw data, downloads and prepared-cache state."""
+    from rbench import store
+    from rbench.tasks.registry import data_status, list_tasks
+
+    rows = []
+    for spec in list_tasks():
+        present, detail = data_status(spec)
+        sizes = store.prepared_sizes(spec)
+        rows.append({"name": spec.name, "scenario": spec.scenario, "raw_present": present, "raw": detail,
+                     "downloads": _download_state(spec.name, spec.embedded), "prepared": sizes,
+                     "paper_candidates": spec.paper_candidates, "paper_queries": spec.paper_queries})
+    if as_json:
+        print(json.dumps(rows, indent=2, default=str))
+        return
+    table = Table(title="rbench data")
+    for col in ("task", "scenario", "raw", "downloads", "prepared pool / queries", "paper pool / queries", "disk"):
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        s = r["prepared"]
+        prepared = f"{s['pool']:,} / {s['queries']:,}" + (f" ({s['entries']} entries)" if s["entries"] > 1 else "") \
+            if s else "–"
+        table.add_row(r["name"], r["scenario"],
+                      "[green]present[/green]" if r["raw_present"] else "[yellow]missing[/yellow]",
+                      r["downloads"], prepared, f"{_fmt(r['paper_candidates'])} / {_fmt(r['paper_queries'])}",
+                      _bytes(s["bytes_all"]) if s else "–")
+    out.print(table)
+    missing = [r for r in rows if not r["raw_present"]]
+    for r in missing:
+        out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['raw'])}", soft_wrap=True)
