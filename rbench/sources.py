@@ -304,7 +304,8 @@ class ResumableDownloader:
                             if self.progress:
                                 self.progress(done, total)
             except (requests.RequestException, urllib3.exceptions.HTTPError, OSError) as exc:
-                raise DownloadError(self._interrupted(url, total, exc)) from None
+                why = exc.args[0] if exc.args and isinstance(exc.args[0], str) else exc
+                raise DownloadError(self._interrupted(url, total, why)) from None
         if total is not None and self.part.stat().st_size != total:
             raise DownloadError(self._interrupted(url, total, "connection closed early"))
         return True
