@@ -156,7 +156,7 @@ def run_cmd(
     if as_json:
         print(rec.to_json(), end="")
         return
-    table = Table(title=f"{rec.label} on {rec.task_key} ({rec.scenario}, {rec.n_queries:,} test queries, "
+    table = Table(title=f"{rec.label} on {rec.column} ({rec.scenario}, {rec.n_queries:,} test queries, "
                         f"pool {rec.task_info.get('pool_size', 0):,})")
     for name in rec.metrics:
         table.add_column(name if name != "RR" else "MRR (RR)", justify="right")

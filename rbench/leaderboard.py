@@ -7,6 +7,7 @@ task column states its number of test queries so readers can judge noise.
 from __future__ import annotations
 
 import csv
+import re
 import io
 import json
 from dataclasses import dataclass, field
@@ -109,7 +110,8 @@ def paper_reference(scenario: str, variant: str, tasks: list[str]) -> list[tuple
 
     want = {"original": "main"}.get(variant, variant)
     alias = {"ml-100k": "rec-movie"}  # same protocol; the paper ran it on MovieLens 1M
-    base = {alias.get(t.split("~", 1)[0], t.split("~", 1)[0]): t for t in tasks}
+    plain = [t for t in tasks if " " not in t]  # columns with non-default task options get no reference
+    base = {alias.get(t.split("~", 1)[0], t.split("~", 1)[0]): t for t in plain}
     rows = []
     text = files("rbench").joinpath("data/paper_reference.csv").read_text()
     for line in text.splitlines()[1:]:
@@ -120,14 +122,14 @@ def paper_reference(scenario: str, variant: str, tasks: list[str]) -> list[tuple
 
 
 def _task_order(tasks: set[str]) -> list[str]:
-    base = lambda t: t.split("~", 1)[0]  # noqa: E731
+    base = lambda t: re.split(r"[~ ]", t, maxsplit=1)[0]  # noqa: E731
     known = [t for p in ("ml-100k", *PAPER_TASKS) for t in sorted(tasks) if base(t) == p]
     return known + sorted(t for t in tasks if t not in known)
 
 
 def _row_order(rows: set[str]) -> list[str]:
     def key(label: str) -> tuple[int, str]:
-        name = label.split("-", 1)[0] if label.split("-", 1)[0] in RANKER_ORDER else label
+        name = re.split(r"[ (-]", label, maxsplit=1)[0]
         return (RANKER_ORDER.index(name) if name in RANKER_ORDER else len(RANKER_ORDER), label)
 
     return sorted(rows, key=key)
@@ -144,12 +146,12 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
     for path, rec in load_records(results_dir, scenario):
         if (rec.variant or "original") != want and not (want != "original" and rec.variant.startswith(want)):
             continue
-        key = (rec.label, rec.task_key)
+        key = (rec.label, rec.column)
         prev = sources.get(key)
         if prev is not None and _newer(prev, rec, results_dir):
             continue
         cells[key] = dict(rec.metrics)
-        nq.setdefault(rec.task_key, set()).add(rec.n_queries)
+        nq.setdefault(rec.column, set()).add(rec.n_queries)
         sources[key] = rec.created
         files[key], records[key] = path, rec
     tasks = _task_order({t for _, t in cells})

@@ -59,9 +59,26 @@ class RunRecord:
 
     @property
     def label(self) -> str:
-        """Row name in tables: the ranker, plus its config hash when not the default config."""
+        """Row name in tables: the ranker plus its non-default options (short ones spelled out,
+        long ones as the config hash)."""
         name = self.ranker.get("label") or self.ranker["name"]
-        return f"{name}-{self.config_hash}" if self.config_hash else name
+        diff = (self.run_options.get("non_default") or {}).get("ranker") or {}
+        if not diff:
+            return name
+        text = ", ".join(f"{k}={_short(v)}" for k, v in sorted(diff.items()))
+        return f"{name} ({text})" if len(text) <= 48 else f"{name}-{self.config_hash}"
+
+    @property
+    def column(self) -> str:
+        """Column name in tables: the task (and variant) plus non-default task options, test-set
+        sampling and seed — runs on different test sets never share a column."""
+        diff = self.run_options.get("non_default") or {}
+        parts = [f"{k}={_short(v)}" for k, v in sorted((diff.get("task") or {}).items())]
+        if diff.get("max_queries"):
+            parts.append(f"max_queries={diff['max_queries']}")
+        if diff.get("seed"):
+            parts.append(f"seed={diff['seed']}")
+        return f"{self.task_key} ({', '.join(parts)})" if parts else self.task_key
 
     @property
     def task_key(self) -> str:
@@ -69,6 +86,13 @@ class RunRecord:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
+
+
+def _short(v: Any) -> str:
+    text = str(v)
+    if "/" in text and len(text) > 24:  # a local model path: its last component says enough
+        text = text.rstrip("/").rsplit("/", 1)[-1]
+    return text
 
 
 def _json_default(obj: Any) -> Any:

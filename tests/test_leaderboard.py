@@ -62,3 +62,17 @@ def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
     assert "LRanker" not in main_part and "| LRanker | 8.02 | 7.80 |" in ref_part and "A6000" in ref_part
     assert ("SASRec", "ml-100k", "RR", 3.84) in paper_reference("large", "original", ["ml-100k"])
     assert "## Reference" not in to_markdown(lb)
+
+
+def test_labels_spell_out_non_default_options():
+    from rbench.results import RunRecord
+
+    rec = RunRecord(task="msmarco", variant="original", scenario="large", task_fingerprint="f",
+                    ranker={"name": "dense", "version": "1", "config": {}}, seed=1, n_queries=4, metrics={},
+                    timings={}, peak_rss_bytes=0, config_hash="abcd1234",
+                    run_options={"non_default": {"ranker": {"model": "/very/long/local/path/to/all-MiniLM-L6-v2"},
+                                                 "task": {"split": "test"}, "seed": 1}})
+    assert rec.label == "dense (model=all-MiniLM-L6-v2)"
+    assert rec.column == "msmarco (split=test, seed=1)"
+    rec.run_options["non_default"]["ranker"] = {f"opt{i}": "x" * 10 for i in range(5)}
+    assert rec.label == "dense-abcd1234"

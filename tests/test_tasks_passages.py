@@ -422,3 +422,13 @@ def test_two_candidate_subfolders_are_reported_not_guessed():
     assert not present and detail.startswith("not present: " + spec.how_to_get) and "several subfolders" in detail
     with pytest.raises(RBenchError, match="several subfolders"):
         load_task("msmarco")
+
+
+def test_split_test_puts_every_query_in_test():
+    import numpy as np
+
+    from rbench.tasks.generic import split_labels
+
+    assert (split_labels(43, 0, mode="test") == 2).all()
+    labels = split_labels(100, 0)
+    assert sorted(np.bincount(labels).tolist()) == [10, 10, 80]

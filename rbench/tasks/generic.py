@@ -73,8 +73,14 @@ def seeded_rng(seed: int, purpose: str) -> np.random.Generator:
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(purpose.encode())]))
 
 
-def split_labels(n: int, seed: int, strata: np.ndarray | None = None) -> np.ndarray:
-    """0 = train, 1 = valid, 2 = test for ``n`` queries given in canonical order (see module doc)."""
+def split_labels(n: int, seed: int, strata: np.ndarray | None = None, mode: str = "8:1:1") -> np.ndarray:
+    """0 = train, 1 = valid, 2 = test for ``n`` queries given in canonical order (see module doc).
+
+    ``mode="test"`` puts every query in the test split: for small evaluation-only collections
+    (e.g. TREC DL 2019's 43 queries) judged with zero-shot rankers, where an 8:1:1 split would leave
+    4 test queries."""
+    if mode == "test":
+        return np.full(n, 2, dtype=np.int8)
     if n < MIN_SPLIT_QUERIES:
         raise DataError(f"only {n} queries with a positive: an 8:1:1 split needs at least {MIN_SPLIT_QUERIES}")
     rng = seeded_rng(seed, "split")

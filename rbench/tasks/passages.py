@@ -91,6 +91,7 @@ class PassageOptions:
     layout: Literal["auto", "qna", "tsv"] = "auto"  # msmarco only: v1.1 QnA files or official TSV
     esci_version: Literal["all", "small", "large"] = "all"  # esci only
     bullet_chars: int = 200  # esci only: bullet-point characters appended to title + brand
+    split: Literal["8:1:1", "test"] = "8:1:1"  # "test": every query is a test query (zero-shot eval)
 
     def validate(self) -> None:
         if self.n_queries is not None and self.n_queries < 0:
@@ -236,7 +237,7 @@ def one_positive_task(spec: TaskSpec, opts: PassageOptions, seed: int, judged: J
         raise DataError(f"{spec.name}: candidate ids are not unique")
     info = {**info, "pool": pool_mode, "other_relevant": opts.other_relevant,
             "n_other_relevant_in_pool": int(n_other), "seed": seed}
-    labels = split_labels(n, seed)
+    labels = split_labels(n, seed, mode=opts.split)
     return assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts), pool_mode))
 
 
@@ -528,7 +529,7 @@ def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
             "n_judgements": n_judged, "n_judgements_skipped_unknown_pid": n_skipped, "seed": seed,
             "grades": {str(int(g)): int(c) for g, c in zip(*np.unique(np.concatenate(table.grades),
                                                                       return_counts=True))}}
-    return assemble(spec, pool, table, split_labels(len(rows), seed), info, fingerprint_parts=(repr(opts),))
+    return assemble(spec, pool, table, split_labels(len(rows), seed, mode=opts.split), info, fingerprint_parts=(repr(opts),))
 
 
 def load_msmarco(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> TaskData:
