@@ -7,9 +7,9 @@ task column states its number of test queries so readers can judge noise.
 from __future__ import annotations
 
 import csv
-import re
 import io
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
