@@ -40,7 +40,7 @@ TRAINING_KEYS: tuple[str, ...] = (
     "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
     "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
     "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
-    "gradient_checkpointing", "kmeans_batch_size", "hierarchical_max_items",
+    "gradient_checkpointing", "kmeans_batch_size", "kmeans_backend", "hierarchical_max_items",
 )
 
 # CPU preset (two cores, no GPU): a real small backbone and a reduced training budget.
@@ -86,6 +86,7 @@ class LRankerConfig:
     pca_dim: int = 256  # aggregation=pca: PCA dimensions before K-means (Appendix)
     set_heads: int = 4  # aggregation=set-encoder: attention heads of the cross-attention
     kmeans_batch_size: int = 1024  # MiniBatchKMeans batch size
+    kmeans_backend: Literal["auto", "sklearn"] = "auto"  # auto: exact numpy Lloyd for sets <= one batch
     hierarchical_max_items: int = 20000  # aggregation=hierarchical: larger sets are subsampled
 
     # training --------------------------------------------------------------------------------

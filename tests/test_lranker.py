@@ -1,0 +1,397 @@
+"""LRanker with tiny randomly initialised backbones built offline (Qwen3 causal, BERT encoder):
+the placeholder injection, the pooling formulas, training, checkpoints, valid-only selection,
+test-time scaling through the ranker, and the three ablation switches."""
+
+from __future__ import annotations
+
+import dataclasses
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+torch = pytest.importorskip("torch")
+pytest.importorskip("peft")
+pytest.importorskip("sklearn")
+
+from rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
+from rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
+from rankers.lranker.ranker import LRankerRanker  # noqa: E402
+from rbench.api import RunContext  # noqa: E402
+from rbench.config import build_config  # noqa: E402
+from rbench.engine import evaluate  # noqa: E402
+from rbench.errors import RBenchError  # noqa: E402
+from rbench.tasks.spec import PLACEHOLDER, PROMPTS  # noqa: E402
+from tests.lranker_testkit import build_tiny_bert, build_tiny_qwen, toy_task  # noqa: E402
+
+K = 4
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    """Tiny models: thread hand-offs cost more than the maths (4x slower with 2 busy cores)."""
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)
+
+
+@pytest.fixture(scope="module")
+def qwen_dir(tmp_path_factory):
+    return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen3"))
+
+
+@pytest.fixture(scope="module")
+def bert_dir(tmp_path_factory):
+    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
+
+
+def cfg_for(path, **kw) -> LRankerConfig:
+    base = dict(model=str(path), n_clusters=K, assign_dims=0, epochs=2, n_negatives=15, max_length=64,
+                candidate_max_length=16, tts_widths=[2], tts_depths=[0, 1], encode_batch_size=16, lr=1e-3)
+    base.update(kw)
+    return LRankerConfig(**base)
+
+
+def ranker_for(path, tmp_path, **kw) -> LRankerRanker:
+    return LRankerRanker(cfg_for(path, **kw), RunContext(cache_dir=tmp_path / "cache", seed=0, show_progress=False))
+
+
+def prompt(text: str) -> str:
+    return PROMPTS["recommendation"].replace("{query}", text)
+
+
+# ------------------------------------------------------------------------------------------
+# placeholder and pooling
+# ------------------------------------------------------------------------------------------
+
+
+def test_placeholder_row_is_replaced_by_projector_output_and_gradients_reach_it(qwen_dir):
+    cfg = cfg_for(qwen_dir)
+    model = LRankerModel(cfg, load_backbone(cfg), slot_dim=8)
+    texts = ["w1 w2 w3", "w4"]
+    prompts = [prompt(t) for t in texts]
+    seen = {}
+    model.backbone.register_forward_pre_hook(lambda mod, args, kw: seen.update(kw), with_kwargs=True)
+    soft = model.project(torch.randn(2, K, 8))
+    h = model.query_embeddings(prompts, texts, soft)
+    batch = model.tokens.queries(prompts, texts, with_placeholder=True)
+    x = seen["inputs_embeds"]
+    table = model.backbone.get_input_embeddings().weight
+    for b in range(2):
+        p = int(batch.placeholder[b])
+        assert int(batch.input_ids[b, p]) == model.tokens.placeholder_id
+        torch.testing.assert_close(x[b, p], soft[b])
+        others = [j for j in range(x.shape[1]) if j != p]
+        torch.testing.assert_close(x[b, others], table[batch.input_ids[b, others]])
+    h.sum().backward()
+    lin = model.projector.net[0]
+    assert lin.weight.grad is not None and lin.weight.grad.abs().sum() > 0
+    # a different soft prompt gives a different query embedding
+    with torch.no_grad():
+        h2 = model.query_embeddings(prompts, texts, soft.detach() + 1.0)
+    assert not torch.allclose(h.detach(), h2)
+
+
+def _reference_hidden(model: LRankerModel, ids: list[int], soft_at: int | None, soft: torch.Tensor | None):
+    x = model.backbone.get_input_embeddings()(torch.tensor([ids]).masked_fill(
+        torch.tensor([ids]) == model.tokens.placeholder_id, 0))
+    if soft_at is not None:
+        x[0, soft_at] = soft
+    return model.backbone(inputs_embeds=x, attention_mask=torch.ones(1, len(ids), dtype=torch.long)).last_hidden_state[0]
+
+
+@pytest.mark.parametrize("kind", ["causal", "encoder"])
+@pytest.mark.parametrize("pooling", ["prompt", "query"])
+def test_query_pooling_matches_the_formula(qwen_dir, bert_dir, kind, pooling):
+    path = qwen_dir if kind == "causal" else bert_dir
+    cfg = cfg_for(path, query_pooling=pooling, normalize=False)
+    model = LRankerModel(cfg, load_backbone(cfg), slot_dim=8)
+    model.eval()
+    tok = model.tokens.tok
+    texts = ["w5 w6 w7 w8", "w9"]
+    prompts = [prompt(t) for t in texts]
+    with torch.no_grad():
+        soft = model.project(torch.randn(2, K, 8))
+        got = model.query_embeddings(prompts, texts, soft)
+    eos = model.tokens.eos_id
+    for b, (p, t) in enumerate(zip(prompts, texts)):
+        body = tok(p, add_special_tokens=False)["input_ids"]
+        lead = [tok.cls_token_id] if kind == "encoder" else []
+        ids = lead + body + [eos]
+        ph = ids.index(model.tokens.placeholder_id)
+        with torch.no_grad():
+            hidden = _reference_hidden(model, ids, ph, soft[b])
+        if pooling == "prompt":  # every text token except the placeholder, plus <eos>
+            rows = [j for j in range(len(lead), len(ids)) if j != ph]
+        else:  # the [USER QUERY] tokens plus <eos>
+            q = tok(t, add_special_tokens=False)["input_ids"]
+            start = next(j for j in range(len(ids)) if ids[j : j + len(q)] == q)
+            rows = list(range(start, start + len(q))) + [len(ids) - 1]
+        assert ids[-1] == eos and rows[-1] == len(ids) - 1
+        torch.testing.assert_close(got[b], hidden[rows].mean(0), rtol=1e-4, atol=1e-5)
+
+
+@pytest.mark.parametrize("kind", ["causal", "encoder"])
+def test_candidate_pooling_is_mean_of_tokens_and_eos(qwen_dir, bert_dir, kind):
+    path = qwen_dir if kind == "causal" else bert_dir
+    cfg = cfg_for(path)
+    model = LRankerModel(cfg, load_backbone(cfg))
+    model.train()  # candidate_embeddings must switch dropout off by itself ...
+    tok, eos = model.tokens.tok, model.tokens.eos_id
+    texts = ["w3 w4 w5 w6", "w7", ""]
+    got = model.candidate_embeddings(texts)
+    assert model.training  # ... and restore the mode it found
+    model.eval()
+    for b, t in enumerate(texts):
+        lead = [tok.cls_token_id] if kind == "encoder" else []
+        ids = lead + tok(t, add_special_tokens=False)["input_ids"] + [eos]
+        with torch.no_grad():
+            hidden = _reference_hidden(model, ids, None, None)
+        np.testing.assert_allclose(got[b], hidden[len(lead):].mean(0).numpy(), rtol=1e-4, atol=1e-5)
+
+
+def test_truncation_cuts_the_oldest_query_tokens_only(qwen_dir):
+    cfg = cfg_for(qwen_dir, max_length=40, query_pooling="query")
+    model = LRankerModel(cfg, load_backbone(cfg))
+    tok = model.tokens.tok
+    text = " ".join(f"w{i}" for i in range(30))
+    batch = model.tokens.queries([prompt(text)], [text], with_placeholder=True)
+    ids = batch.input_ids[0].tolist()
+    assert len(ids) == 40 and ids[-1] == model.tokens.eos_id and ids.count(model.tokens.placeholder_id) == 1
+    template = tok(prompt(""), add_special_tokens=False)["input_ids"]
+    kept_query = tok(text, add_special_tokens=False)["input_ids"][-(40 - len(template) - 1):]
+    assert ids[: len(ids) - 1] == _splice(template, tok("Query :", add_special_tokens=False)["input_ids"], kept_query)
+    assert int(batch.pool_mask[0].sum()) == len(kept_query) + 1
+    right = LRankerModel(dataclasses.replace(cfg, query_truncation="right"), model.info).tokens
+    ids_r = right.queries([prompt(text)], [text], True).input_ids[0].tolist()
+    assert tok("w0", add_special_tokens=False)["input_ids"][0] in ids_r
+    with pytest.raises(RBenchError, match="too small for the prompt template"):
+        LRankerModel(dataclasses.replace(cfg, max_length=8), model.info).tokens.queries([prompt(text)], [text], True)
+
+
+def _splice(template: list[int], marker: list[int], query: list[int]) -> list[int]:
+    at = next(j for j in range(len(template)) if template[j : j + len(marker)] == marker) + len(marker)
+    return template[:at] + query + template[at:]
+
+
+# ------------------------------------------------------------------------------------------
+# training, checkpoints, selection, test-time scaling
+# ------------------------------------------------------------------------------------------
+
+
+def test_loss_decreases_on_a_toy_task(qwen_dir):
+    from rankers.lranker.aggregation import Aggregator
+    from rankers.lranker.train import PartitionSampler, train
+
+    cfg = cfg_for(qwen_dir, epochs=6, lr=3e-3)
+    task = toy_task(n_train=60)
+    model = LRankerModel(cfg, load_backbone(cfg))
+    vec = model.candidate_embeddings(list(task.pool.texts))
+    vec /= np.linalg.norm(vec, axis=1, keepdims=True)
+    agg = Aggregator("kmeans", K, 0)
+    model.attach_projector(vec.shape[1])
+    model.add_lora()
+    report = train(model, cfg, task.train, vec, PartitionSampler(agg, vec, 10, 0), seed=0)
+    losses = report.loss_per_epoch
+    assert report.epochs == 6 and report.steps == 6 * 3
+    assert losses[-1] < 0.7 * losses[0], losses
+    assert losses[0] == pytest.approx(np.log(16), rel=0.25)  # starts near chance (1 pos + 15 neg)
+
+
+def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
+    task = toy_task()
+    r1 = ranker_for(qwen_dir, tmp_path)
+    r1.fit(task)
+    ckpt = r1.checkpoint_dir(task)
+    assert ckpt.parent == tmp_path / "cache" / "lranker"
+    assert {"adapter.safetensors", "projector.safetensors", "meta.json"} <= {p.name for p in ckpt.iterdir()}
+    assert not r1.info["loaded_checkpoint"]
+    r2 = ranker_for(qwen_dir, tmp_path)
+    r2.fit(task)
+    assert r2.info["loaded_checkpoint"] and r2.info["train"] == r1.info["train"]
+    for r in (r1, r2):
+        r.encode_pool(task.pool)
+    np.testing.assert_allclose(r1.encode_queries(task.test), r2.encode_queries(task.test), rtol=1e-5, atol=1e-6)
+    # a training option changes the key; an inference option does not
+    assert ranker_for(qwen_dir, tmp_path, lr=5e-4).checkpoint_dir(task) != ckpt
+    assert ranker_for(qwen_dir, tmp_path, tts=False, tts_widths=[3]).checkpoint_dir(task) == ckpt
+
+
+def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir, tmp_path, monkeypatch):
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path, tts_widths=[2, 3], tts_depths=[0, 1, 2])
+    seen: list[str] = []
+    orig = LRankerRanker._encode_rows
+
+    def spy(self, queries, rows, slots):
+        seen.extend(str(queries.ids[int(i)]) for i in rows)
+        return orig(self, queries, rows, slots)
+
+    monkeypatch.setattr(LRankerRanker, "_encode_rows", spy)
+    r.fit(task)
+    assert seen and all(s.startswith("v") for s in seen)  # no test (s*) query was encoded in fit
+    tts = r.info["tts"]
+    assert tts["selected_on"] == "valid" and tts["n_queries"] == len(task.valid)
+    assert [(row["width"], row["depth"]) for row in tts["table"]] == [(0, 0), (2, 1), (2, 2), (3, 1), (3, 2)]
+    assert (r.width, r.depth) in [(row["width"], row["depth"]) for row in tts["table"]]
+    best = max(row["RR"] for row in tts["table"])
+    assert [row for row in tts["table"] if (row["width"], row["depth"]) == (r.width, r.depth)][0]["RR"] == best
+
+    vec = r.encode_pool(task.pool)
+    E0 = r.direct(task.test, task.pool, vec)
+    np.testing.assert_array_equal(r.encode(task.test, task.pool, vec, 3, 0), E0)
+    out = r.tts(task.test, vec, E0, 2, 2)
+    np.testing.assert_allclose(r.encode(task.test, task.pool, vec, 2, 2), out.embeddings.mean(0), rtol=1e-5, atol=1e-6)
+    # survivors shrink 40 -> 2 parts of 20 keep 10 each -> 20 -> 2 x 5 -> 10
+    assert out.trace[0]["survivors"] == [20] * len(task.test) and out.trace[1]["survivors"] == [10] * len(task.test)
+    # the engine scores what encode_queries returns: mean(E^(0..d)) for the selected (k, d)
+    res = evaluate(r, task.test, task.pool)
+    Q = r.encode(task.test, task.pool, vec, r.width, r.depth)
+    s = Q @ vec.T
+    pos = task.test.positives.values
+    ranks = 1 + (s > s[np.arange(len(pos)), pos][:, None]).sum(1)
+    np.testing.assert_array_equal(res.ranks.values, ranks)
+
+
+def test_small_scenario_aggregates_each_querys_own_candidates(qwen_dir, tmp_path):
+    task = toy_task(candidates=8)
+    r = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=1)
+    r.fit(task)
+    vec = r.encode_pool(task.pool)
+    given: list[np.ndarray] = []
+    agg = r._agg
+
+    def recording(vectors, seed):
+        given.append(np.asarray(vectors))
+        return agg(vectors, seed)
+
+    r._agg = recording
+    test = task.test.take(np.arange(3))
+    r.encode_queries(test)
+    index = {v.tobytes(): j for j, v in enumerate(vec)}
+    # E^(0): the query's 8 candidates; round 1: 2 kept subsets of 2 (ceil(4/2)) inside them
+    assert [len(g) for g in given] == [8, 8, 8] + [2, 2] * 3
+    for i in range(3):
+        row = set(test.candidates[i].tolist())
+        assert {index[v.tobytes()] for v in given[i]} == row
+        for sub in given[3 + 2 * i : 5 + 2 * i]:
+            assert {index[v.tobytes()] for v in sub} <= row
+
+
+# ------------------------------------------------------------------------------------------
+# ablations
+# ------------------------------------------------------------------------------------------
+
+
+def _lora_params(model) -> list[str]:
+    return [n for n, p in model.named_parameters() if "lora_" in n]
+
+
+def test_full_model_has_lora_on_attention_and_feed_forward(qwen_dir, bert_dir, tmp_path):
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path, epochs=1)
+    r.fit(task)
+    names = r._model.lora_names
+    for layer in (0, 1):
+        for proj in ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"):
+            assert any(n.endswith(f"layers.{layer}.self_attn.{proj}") or n.endswith(f"layers.{layer}.mlp.{proj}")
+                       for n in names), proj
+    trainable = {n for n, p in r._model.named_parameters() if p.requires_grad}
+    assert trainable == set(_lora_params(r._model)) | {n for n in trainable if n.startswith("projector.")}
+    assert any(n.startswith("projector.") for n in trainable)
+    bert = load_backbone(cfg_for(bert_dir)).model
+    bert_targets = lora_target_names(bert)
+    assert any(n.endswith("attention.self.query") for n in bert_targets)
+    assert any(n.endswith("intermediate.dense") for n in bert_targets)
+    assert not any("pooler" in n for n in bert_targets)
+
+
+def test_ablation_global_info_false_drops_placeholder_and_projector(qwen_dir, tmp_path):
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path, epochs=1, global_info=False)
+    r.fit(task)
+    m = r._model
+    assert m.projector is None
+    assert {n for n, p in m.named_parameters() if p.requires_grad} == set(_lora_params(m))
+    texts = list(task.test.texts[:2])
+    batch = m.tokens.queries([prompt(t) for t in texts], texts, with_placeholder=False)
+    assert not (batch.input_ids == m.tokens.placeholder_id).any()
+    full = m.tokens.queries([prompt(t) for t in texts], texts, with_placeholder=True)
+    assert batch.input_ids.shape[1] == full.input_ids.shape[1] - 1  # exactly the one token is gone
+    assert (r.width, r.depth) == (0, 0) and "global_info" in r.info["tts"]["reason"]
+    assert r.info["train"]["partitions"].startswith("none")
+    ckpt = r.checkpoint_dir(task)
+    assert not (ckpt / "projector.safetensors").exists() and (ckpt / "adapter.safetensors").exists()
+
+
+def test_ablation_lora_false_trains_only_the_projector(qwen_dir, tmp_path):
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path, epochs=1, lora=False)
+    fresh = load_backbone(r.cfg).model.state_dict()
+    r.fit(task)
+    m = r._model
+    assert not _lora_params(m) and m.lora_names == []
+    assert {n.split(".")[0] for n, p in m.named_parameters() if p.requires_grad} == {"projector"}
+    for name, value in m.backbone.state_dict().items():
+        torch.testing.assert_close(value, fresh[name])  # the backbone did not move
+    assert r.info["train"]["steps"] > 0
+    assert not (r.checkpoint_dir(task) / "adapter.safetensors").exists()
+
+
+def test_ablation_tts_false_returns_e0_and_reuses_the_checkpoint(qwen_dir, tmp_path):
+    task = toy_task()
+    full = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=2)
+    full.fit(task)
+    off = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=2, tts=False)
+    off.fit(task)
+    assert off.info["loaded_checkpoint"] and (off.width, off.depth) == (0, 0)
+    vec = off.encode_pool(task.pool)
+    full.encode_pool(task.pool)
+    E0 = off.direct(task.test, task.pool, vec)
+    np.testing.assert_array_equal(off.encode_queries(task.test), E0)
+    np.testing.assert_allclose(full.direct(task.test, task.pool, vec), E0, rtol=1e-5, atol=1e-6)
+    assert not np.allclose(full.encode_queries(task.test), E0)  # the full model does scale
+
+
+# ------------------------------------------------------------------------------------------
+# options, loading, plugin weight
+# ------------------------------------------------------------------------------------------
+
+
+def test_paper_defaults_and_cpu_preset():
+    c = LRankerConfig()
+    assert (c.model, c.n_clusters, c.assign_dims, c.temperature, c.lr, c.batch_size, c.epochs) == (
+        "Qwen/Qwen3-0.6B", 20, 128, 0.15, 1e-4, 20, 15)
+    assert (c.lora_r, c.lora_alpha, c.lora_dropout, c.grad_clip, c.n_partitions, c.warmup_ratio) == (
+        32, 64, 0.1, 0.5, 10, 0.1)
+    assert (c.beta1, c.beta2, c.weight_decay) == (0.9, 0.999, 0.01)
+    assert max(c.tts_depths) == 5 and max(c.tts_widths) == 10 and c.aggregation == "kmeans"
+    cpu = build_config(LRankerConfig, {"preset": "cpu", "epochs": "5"}, owner="lranker")
+    assert cpu.epochs == 5  # an explicit option wins over the preset
+    assert all(getattr(cpu, k) == v for k, v in CPU_PRESET.items() if k != "epochs")
+    with pytest.raises(RBenchError, match="tts_keep"):
+        build_config(LRankerConfig, {"tts_keep": "2"}, owner="lranker")
+
+
+def test_unreachable_hub_model_is_a_user_error(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(RBenchError, match="--set model=/path/to/dir"):
+        load_backbone(LRankerConfig(model="no-such-org/no-such-model-xyz"))
+
+
+def test_resolve_model_paths(tmp_path):
+    f = tmp_path / "m.gguf"
+    f.write_bytes(b"GGUF")
+    assert resolve_model(str(f)) == (str(tmp_path.resolve()), "m.gguf")
+    assert resolve_model(str(tmp_path), "x.gguf") == (str(tmp_path.resolve()), "x.gguf")
+    assert resolve_model("Qwen/Qwen3-0.6B") == ("Qwen/Qwen3-0.6B", None)
+
+
+def test_listing_the_plugin_does_not_import_torch():
+    code = "import sys, rankers.lranker.ranker; print(sorted(m for m in ('torch', 'transformers', 'peft', " \
+           "'sklearn') if m in sys.modules))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+    assert PLACEHOLDER in PROMPTS["recommendation"]
