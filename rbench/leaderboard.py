@@ -17,6 +17,7 @@ from rbench.results import RunRecord, load_records
 from rbench.tasks.registry import PAPER_TASKS
 
 SHOWN = (("nDCG@10", "nDCG@10"), ("RR", "MRR"))
+DELTA = "delta_RR"  # the paper's Δ: relative MRR change of a variant pool against the original pool
 RANKER_ORDER = ("random", "pop", "bm25", "contriever", "dense", "fm", "bpr", "gru4rec", "bert4rec", "sasrec",
                 "lranker")
 
@@ -33,14 +34,19 @@ class Leaderboard:
     record_files: dict[tuple[str, str], Path] = field(default_factory=dict)
     records: dict[tuple[str, str], RunRecord] = field(default_factory=dict)
     alpha: float = 0.05
+    deltas: dict[tuple[str, str], float] = field(default_factory=dict)  # variant vs original, relative MRR
 
     def columns(self) -> list[tuple[str, str, str]]:
-        return [(t, m, label) for t in self.tasks for m, label in SHOWN]
+        shown = SHOWN + ((DELTA, "Δ MRR"),) if self.variant != "original" else SHOWN
+        return [(t, m, label) for t in self.tasks for m, label in shown]
+
+    def metric_columns(self) -> list[tuple[str, str, str]]:
+        return [c for c in self.columns() if c[1] != DELTA]
 
     def rank_marks(self) -> dict[tuple[str, str, str], str]:
         """(row, task, metric) -> 'best' | 'second'."""
         marks: dict[tuple[str, str, str], str] = {}
-        for task, metric, _ in self.columns():
+        for task, metric, _ in self.metric_columns():
             vals = sorted({round(self.cells[(r, task)][metric], 6) for r in self.rows
                            if (r, task) in self.cells}, reverse=True)
             for r in self.rows:
@@ -83,7 +89,7 @@ class Leaderboard:
             return cache[key]
 
         out: dict[tuple[str, str, str], float] = {}
-        for task, metric, _ in self.columns():
+        for task, metric, _ in self.metric_columns():
             rows = [r for r in self.rows if (r, task) in self.cells]
             if len(rows) < 2:
                 continue
@@ -143,7 +149,10 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
     sources: dict[tuple[str, str], str] = {}
     files: dict[tuple[str, str], Path] = {}
     records: dict[tuple[str, str], RunRecord] = {}
+    originals: dict[tuple[str, str], float] = {}
     for path, rec in load_records(results_dir, scenario):
+        if want != "original" and (rec.variant or "original") == "original":
+            originals[(rec.label, rec.column)] = rec.metrics["RR"]
         if (rec.variant or "original") != want and not (want != "original" and rec.variant.startswith(want)):
             continue
         key = (rec.label, rec.column)
@@ -156,7 +165,12 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
         files[key], records[key] = path, rec
     tasks = _task_order({t for _, t in cells})
     rows = _row_order({r for r, _ in cells})
-    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records)
+    deltas = {}
+    for (row, col), metrics in cells.items():
+        base = originals.get((row, re.sub(r"~[^ ]+", "", col, count=1)))
+        if base:
+            deltas[(row, col)] = (metrics["RR"] - base) / base
+    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas)
 
 
 def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
@@ -172,6 +186,8 @@ def _nq(lb: Leaderboard, task: str) -> str:
 
 
 def _cell(lb: Leaderboard, r: str, t: str, m: str, marks, below, sig, style: str) -> str:
+    if m == DELTA:
+        return f"{100 * lb.deltas[(r, t)]:+.1f}%" if (r, t) in lb.deltas else "–"
     if (r, t) not in lb.cells:
         return "–"
     s = _fmt(lb.cells[(r, t)][m])
@@ -231,18 +247,20 @@ def to_markdown(lb: Leaderboard, paper: bool = False) -> str:
 def to_csv(lb: Leaderboard) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR"])
+    w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR", "delta_MRR_percent"])
     for r in lb.rows:
         for t in lb.tasks:
             if (r, t) in lb.cells:
                 c = lb.cells[(r, t)]
-                w.writerow([r, t, _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"])])
+                delta = f"{100 * lb.deltas[(r, t)]:.2f}" if (r, t) in lb.deltas else ""
+                w.writerow([r, t, _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta])
     return buf.getvalue()
 
 
 def to_json(lb: Leaderboard) -> str:
     rows = [{"ranker": r, "task": t, "n_queries": sorted(lb.n_queries.get(t, ())),
-             **{label: round(100 * lb.cells[(r, t)][m], 4) for m, label in SHOWN}}
+             **{label: round(100 * lb.cells[(r, t)][m], 4) for m, label in SHOWN},
+             **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {})}
             for r in lb.rows for t in lb.tasks if (r, t) in lb.cells]
     return json.dumps({"scenario": lb.scenario, "variant": lb.variant, "rows": rows}, indent=2) + "\n"
 

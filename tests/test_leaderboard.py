@@ -76,3 +76,14 @@ def test_labels_spell_out_non_default_options():
     assert rec.column == "msmarco (split=test, seed=1)"
     rec.run_options["non_default"]["ranker"] = {f"opt{i}": "x" * 10 for i in range(5)}
     assert rec.label == "dense-abcd1234"
+
+
+def test_variant_table_shows_relative_mrr_change(tmp_path):
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.3])            # MRR 0.4
+    _write(tmp_path, "pop", "ml-100k", [0.3, 0.1], variant="mixed")  # MRR 0.2 -> -50%
+    lb = build(tmp_path, "large", "mixed")
+    assert lb.deltas[("pop", "ml-100k~mixed")] == -0.5
+    md = to_markdown(lb)
+    assert "Δ MRR" in md and "-50.0%" in md
+    assert "-50.00" in to_csv(lb)
+    assert "Δ MRR" not in to_markdown(build(tmp_path, "large"))
