@@ -240,7 +240,7 @@ def _string_array(values: Any, what: str) -> Any:
     """Any text column -> pyarrow large_string array (refusing non-string values)."""
     import pyarrow as pa
 
-    if isinstance(values, ArrowTexts):
+    if callable(getattr(values, "to_arrow", None)):  # ArrowTexts, recsys.ArrowTextColumn, ...
         values = values.to_arrow()
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
