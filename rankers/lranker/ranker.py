@@ -67,6 +67,19 @@ def _digest(*arrays: Any) -> str:
     return h.hexdigest()[:16]
 
 
+def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
+    """An engine scorer for precomputed query vectors ``Q`` (rows aligned with ``queries``)."""
+    index = {str(q): i for i, q in enumerate(queries.ids)}
+
+    def scorer(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        q = Q[[index[str(x)] for x in batch.ids]]
+        if cand.ndim == 1:
+            return q @ np.asarray(vectors[cand], dtype=np.float32).T
+        return np.einsum("bd,bmd->bm", q, np.asarray(vectors[cand], dtype=np.float32))
+
+    return scorer
+
+
 class LRankerRanker(BaseRanker):
     name = "lranker"
     version = CODE_VERSION
@@ -118,15 +131,20 @@ class LRankerRanker(BaseRanker):
         from .model import model_fingerprint
 
         model = self._ensure_model()
+        normalize = self.cfg.normalize
         key = {"encoder": "lranker-hc", "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
                "max_length": self.cfg.candidate_max_length, "pooling": "mean(text tokens + eos)",
-               "dtype": str(model.info.dtype), "version": 1}
-        raw = pool_embeddings(pool, key, model.candidate_embeddings, batch_size=self.cfg.encode_batch_size,
+               "dtype": str(model.info.dtype), "normalize": normalize, "version": 1}
+
+        def encode(texts: list[str]) -> np.ndarray:
+            vec = model.candidate_embeddings(texts)
+            if normalize:  # stored normalised: a million-item pool is then used without a copy
+                vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
+            return vec
+
+        vec = pool_embeddings(pool, key, encode, batch_size=self.cfg.encode_batch_size,
                               progress=bool(getattr(self.context, "show_progress", False)))
-        vec = np.asarray(raw, dtype=np.float32)
-        if self.cfg.normalize:
-            vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
-        return np.ascontiguousarray(vec, dtype=np.float32)
+        return vec if vec.dtype == np.float32 else np.asarray(vec, dtype=np.float32)
 
     # ------------------------------------------------------------------------------------
     def checkpoint_dir(self, task: TaskData) -> Path:
@@ -349,16 +367,9 @@ class LRankerRanker(BaseRanker):
         vectors = self._vectors_for(pool)
         t0 = time.perf_counter()
         E0 = self.direct(valid, pool, vectors)
-        index = {str(q): i for i, q in enumerate(valid.ids)}
 
         def metrics(Q: np.ndarray) -> dict[str, float]:
-            def scorer(batch: Queries, cand: np.ndarray) -> np.ndarray:
-                q = Q[[index[str(x)] for x in batch.ids]]
-                if cand.ndim == 1:
-                    return q @ vectors[cand].T
-                return np.einsum("bd,bmd->bm", q, vectors[cand])
-
-            res = evaluate(self, valid, pool, scorer=scorer)
+            res = evaluate(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors))
             return aggregate(per_query(res.ranks, valid.grades, MEASURES))
 
         self._log(f"choosing width/depth on {len(valid)} validation queries: widths {widths}, depths {depths}")
