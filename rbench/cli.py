@@ -249,8 +249,16 @@ def _mount_data_app() -> None:
 _mount_data_app()
 
 
+def _note(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
+    """Warnings (e.g. a variant leaving out an unprepared donor task) as one short line."""
+    err.print(f"[yellow]note:[/yellow] {escape(str(message))}", soft_wrap=True, highlight=False)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: maps errors to exit codes and one clear line."""
+    import warnings
+
+    warnings.showwarning = _note
     try:
         code = app(args=argv, standalone_mode=False)
         if code == 130:  # click turned a KeyboardInterrupt into an abort
