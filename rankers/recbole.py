@@ -42,7 +42,9 @@ Choices, written down:
   candidate: a zero vector plus one extra dimension where they get -1 and the query gets
   ``2 * |q| * max|e| + 1``, so their score is below any seen candidate's; ties among them are
   broken pessimistically by the engine. Candidates are matched to training items by id: the
-  exact id, or the id without a ``<task name><sep>`` prefix (sep one of ``:: : / | #``).
+  exact id (``rbench.pools`` keeps the task's own ids and writes donor items as
+  ``<donor task>:<id>``, so donors never match), or else the id without a ``<task name><sep>``
+  prefix (sep one of ``:: : / | #``) for pools built elsewhere that prefix every source.
 - **item_text_features=true** (the paper's fairness option: baselines use the same offline text
   embeddings for candidates): after training, a ridge-regularised least-squares linear map
   (with intercept) from an item's text embedding (the ``dense`` ranker's encoder, default the

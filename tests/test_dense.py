@@ -127,6 +127,21 @@ def test_engine_ranks_equal_manual_dot_products(tiny_bert, tmp_path):
     assert exact >= 7  # most ranks are pinned down exactly, so the check has teeth
 
 
+def test_small_scenario_per_query_candidates(tiny_bert, tmp_path):
+    pool = _pool(40, seed=2)
+    rng = np.random.default_rng(9)
+    cand = np.stack([rng.permutation(40)[:20] for _ in range(6)])
+    q = make_queries([[int(c[k])] for c, k in zip(cand, rng.integers(0, 20, size=6))], candidates=cand)
+    q.texts = _texts(6, seed=10)
+    r = _ranker(DenseRanker, DenseOptions(model=str(tiny_bert), pooling="mean"), tmp_path)
+    res = evaluate(r, q, pool)
+    scores = r.encode_queries(q).astype(np.float64) @ np.asarray(r.encode_pool(pool), dtype=np.float64).T
+    for i in range(6):
+        s, sp = scores[i, cand[i]], scores[i, int(q.positives[i][0])]
+        assert 1 + int((s > sp + 1e-4).sum()) <= int(res.ranks[i][0]) <= int((s > sp - 1e-4).sum())
+        assert set(res.topk_index[i][:20].tolist()) == set(cand[i].tolist()) and res.n_ranked[i] == 20
+
+
 def test_second_run_reads_the_cache(tiny_bert, tmp_path):
     pool = _pool(25)
     opts = DenseOptions(model=str(tiny_bert), pooling="mean")
