@@ -214,6 +214,9 @@ def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
     for r in (r1, r2):
         r.encode_pool(task.pool)
     np.testing.assert_allclose(r1.encode_queries(task.test), r2.encode_queries(task.test), rtol=1e-5, atol=1e-6)
+    n_lora = len(_lora_params(r1._model))
+    r1.fit(task)  # refitting the same instance loads the checkpoint into a fresh backbone
+    assert r1.info["loaded_checkpoint"] and len(_lora_params(r1._model)) == n_lora
     # a training option changes the key; an inference option does not
     assert ranker_for(qwen_dir, tmp_path, lr=5e-4).checkpoint_dir(task) != ckpt
     assert ranker_for(qwen_dir, tmp_path, tts=False, tts_widths=[3]).checkpoint_dir(task) == ckpt

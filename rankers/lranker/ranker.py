@@ -166,6 +166,8 @@ class LRankerRanker(BaseRanker):
         from .train import PartitionSampler, TrainReport, train
 
         cfg = self.cfg
+        if self._fitted:  # a second fit starts from the pretrained backbone again
+            self._model, self._fitted, self._pool_slots = None, False, {}
         model = self._ensure_model()
         t0 = time.perf_counter()
         vectors = self._vectors_for(task.fit_pool)
