@@ -79,14 +79,17 @@ def part1(n_q: int, n_pool: int, dim: int) -> dict:
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
     q = rng.standard_normal((n_q, dim), dtype=np.float32)
     pool, queries = _setup(n_pool, n_q, emb)
-    t = time.perf_counter()
-    index = faiss.IndexFlatIP(dim)
-    index.add(emb)
-    _, top_faiss = index.search(q, 100)
-    t_faiss = time.perf_counter() - t
-    t = time.perf_counter()
-    res = evaluate(_Stub(emb, q), queries, pool)
-    t_rbench = time.perf_counter() - t
+    # best of 3 for both (the machine is shared; the minimum is the least disturbed run)
+    t_faiss = t_rbench = float("inf")
+    for _ in range(3):
+        t = time.perf_counter()
+        index = faiss.IndexFlatIP(dim)
+        index.add(emb)
+        _, top_faiss = index.search(q, 100)
+        t_faiss = min(t_faiss, time.perf_counter() - t)
+        t = time.perf_counter()
+        res = evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
+        t_rbench = min(t_rbench, time.perf_counter() - t)
     # exactness: faiss's top-1 equals ours; a positive's rank equals 1 + #(scores > its score)
     agree = float((res.topk_index[:, 0] == top_faiss[:, 0]).mean())
     i = 0
