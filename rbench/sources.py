@@ -51,7 +51,6 @@ member's parent folder resolves inside it, and the result is moved into the raw 
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import re
@@ -67,6 +66,7 @@ from typing import Any
 
 from rbench import paths
 from rbench.errors import RBenchError
+from rbench.hashing import file_sha256 as sha256_of
 
 Progress = Callable[[int, "int | None"], None]  # (bytes done, total bytes or None)
 
@@ -321,12 +321,6 @@ class ResumableDownloader:
 # --------------------------------------------------------------------------------------------
 
 
-def sha256_of(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def _check_not_lfs_pointer(path: Path, url: str) -> None:

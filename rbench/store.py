@@ -66,6 +66,7 @@ import numpy as np
 
 from rbench import __version__, paths
 from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.hashing import file_sha256 as _file_sha256
 from rbench.tasks.spec import TaskSpec
 
 STORE_VERSION = 1
@@ -162,12 +163,6 @@ def _walk(root: Path) -> list[tuple[str, Path]]:
     return sorted(out)
 
 
-def _file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def input_signature(spec: TaskSpec) -> list[list[Any]]:

@@ -55,6 +55,7 @@ import numpy as np
 from rbench import paths
 from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.errors import DataError, RBenchError, did_you_mean
+from rbench.hashing import file_sha256 as _sha256
 from rbench.tasks.spec import SCENARIOS, Source, TaskSpec
 
 LOADER = "rbench.tasks.generic:load_generic"
@@ -408,12 +409,6 @@ def _builtin_names() -> set[str]:
     return set(TASKS)
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path | str,
