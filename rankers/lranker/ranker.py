@@ -196,7 +196,15 @@ class LRankerRanker(BaseRanker):
             self._log(f"training on {len(task.train):,} queries ({cfg.epochs} epochs, "
                       f"{cfg.max_train_queries or 'all'} per epoch)")
             report = train(model, cfg, task.train, vectors, sampler, self.seed, progress=self._epoch_progress())
-            self._save(ckpt, model, report, task)
+            from .train import world
+
+            rank, size = world()
+            if rank == 0:  # data-parallel replicas are identical: one writer
+                self._save(ckpt, model, report, task)
+            if size > 1:
+                import torch.distributed as dist
+
+                dist.barrier()
         self._fitted = True
         model.eval()
         self.info = {

@@ -30,6 +30,11 @@ Choices the paper leaves open, made here:
 - ``max_train_queries``: a fresh random sample of that many training queries per epoch (the
   schedule's length follows it); 0 uses every training query, as the paper does.
 - A batch of one query is merged into the previous batch (BatchNorm needs two rows).
+- Several GPUs (data parallel, ``torch.distributed`` initialised, e.g. by ``accelerate launch``;
+  see ``rankers/lranker/launch.py``): every rank draws the same epoch permutation, takes its
+  stride of it (``rows[rank::world]``, equal lengths), samples its own negatives, and gradients
+  are averaged over ranks after each backward pass (what DDP does, without wrapping the model, so
+  the model's own methods stay callable). ``batch_size`` is per rank.
 """
 
 from __future__ import annotations
@@ -126,6 +131,37 @@ def lr_lambda(total: int, warmup_ratio: float) -> Callable[[int], float]:
     return f
 
 
+def world() -> tuple[int, int]:
+    """(rank, world size) of an initialised torch.distributed group, else (0, 1)."""
+    import torch.distributed as dist
+
+    if dist.is_available() and dist.is_initialized():
+        return dist.get_rank(), dist.get_world_size()
+    return 0, 1
+
+
+def average_gradients(params: list[torch.Tensor]) -> None:
+    """All-reduce every gradient to its mean over ranks (no-op in a single process)."""
+    import torch.distributed as dist
+
+    rank, size = world()
+    if size == 1:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+        p.grad.div_(size)
+
+
+def rank_rows(rows: np.ndarray, rank: int, size: int) -> np.ndarray:
+    """This rank's stride of an epoch's rows, every rank the same length."""
+    if size == 1:
+        return rows
+    usable = (len(rows) // size) * size
+    return rows[:usable][rank::size]
+
+
 def epoch_batches(rows: np.ndarray, size: int) -> list[np.ndarray]:
     batches = [rows[a : a + size] for a in range(0, len(rows), size)]
     if len(batches) > 1 and len(batches[-1]) == 1:
@@ -146,10 +182,12 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
     if cfg.epochs == 0 or len(queries) == 0:
         report.skipped = "epochs=0 or no training queries"
         return report
-    rng = np.random.default_rng(derive_seed(seed, "train"))
+    rng = np.random.default_rng(derive_seed(seed, "train"))  # the epoch order: the same on every rank
+    rank, size = world()
+    neg_rng = rng if size == 1 else np.random.default_rng(derive_seed(seed, "train", "rank", rank))
     n_q = len(queries)
     per_epoch = min(cfg.max_train_queries, n_q) if cfg.max_train_queries else n_q
-    steps_per_epoch = len(epoch_batches(np.arange(per_epoch), cfg.batch_size))
+    steps_per_epoch = len(epoch_batches(rank_rows(np.arange(per_epoch), rank, size), cfg.batch_size))
     total = steps_per_epoch * cfg.epochs
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, cfg.warmup_ratio))
@@ -159,13 +197,14 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
     model.train()
     for epoch in range(cfg.epochs):
         t0 = time.perf_counter()
-        rows = rng.permutation(n_q)[:per_epoch]
+        rows = rank_rows(rng.permutation(n_q)[:per_epoch], rank, size)
         tick = progress(f"lranker epoch {epoch + 1}/{cfg.epochs}", per_epoch) if progress else None
         losses = []
         for batch_rows in epoch_batches(rows, cfg.batch_size):
-            loss = _step(model, cfg, queries, prompts, cand, vectors, sampler, batch_rows, rng)
+            loss = _step(model, cfg, queries, prompts, cand, vectors, sampler, batch_rows, neg_rng)
             opt.zero_grad(set_to_none=True)
             loss.backward()
+            average_gradients(params)
             torch.nn.utils.clip_grad_norm_(params, cfg.grad_clip)
             opt.step()
             sched.step()
