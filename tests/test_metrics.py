@@ -140,3 +140,36 @@ def test_shards_merge_exactly_into_the_single_scan():
     np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
     np.testing.assert_array_equal(merged.n_ranked, whole.n_ranked)
     np.testing.assert_array_equal(merged.topk_score, whole.topk_score)
+
+
+def test_dense_path_refuses_non_finite_vectors():
+    from rbench.errors import RankerOutputError
+
+    class Emb:
+        name, version, config = "emb", "0", {}
+
+        def __init__(self, bad_pool=False, bad_query=False):
+            self.bad_pool, self.bad_query = bad_pool, bad_query
+
+        def fit(self, task):
+            return None
+
+        def encode_pool(self, pool):
+            e = np.ones((len(pool), 4), dtype=np.float32)
+            if self.bad_pool:
+                e[7, 2] = np.inf
+            return e
+
+        def encode_queries(self, queries):
+            q = np.ones((len(queries), 4), dtype=np.float32)
+            if self.bad_query:
+                q[1, 0] = np.nan
+            return q
+
+    q = make_queries([[1], [2], [3]])
+    with pytest.raises(RankerOutputError, match="candidate vector 7"):
+        evaluate(Emb(bad_pool=True), q, make_pool(20))
+    with pytest.raises(RankerOutputError, match="query 'q1'"):
+        evaluate(Emb(bad_query=True), q, make_pool(20))
+    res = evaluate(Emb(), q, make_pool(20))
+    assert res.ranks.values.tolist() == [20, 20, 20]  # all tied: pessimistic
