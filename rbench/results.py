@@ -61,7 +61,12 @@ class RunRecord:
     def label(self) -> str:
         """Row name in tables: the ranker plus its non-default options (short ones spelled out,
         long ones as the config hash)."""
-        name = self.ranker.get("label") or self.ranker["name"]
+        if self.ranker.get("label"):  # the ranker names its own configuration
+            return str(self.ranker["label"])
+        name = self.ranker["name"]
+        own = _plugin_label(name, self.ranker.get("config") or {})
+        if own:
+            return own
         diff = (self.run_options.get("non_default") or {}).get("ranker") or {}
         if not diff:
             return name
@@ -88,10 +93,24 @@ class RunRecord:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
 
 
+def _plugin_label(name: str, config: dict[str, Any]) -> str | None:
+    """A plugin may name its configurations (``label_for(config)``), e.g. LRanker's presets."""
+    try:
+        from rbench.plugins import load_ranker_class
+
+        label_for = getattr(load_ranker_class(name), "label_for", None)
+    except Exception:  # an uninstalled plugin: fall back to the generic label
+        return None
+    return label_for(config) if callable(label_for) else None
+
+
 def _short(v: Any) -> str:
     text = str(v)
-    if "/" in text and len(text) > 24:  # a local model path: its last component says enough
-        text = text.rstrip("/").rsplit("/", 1)[-1]
+    if "/" in text and len(text) > 24:  # a local model path: its last meaningful component
+        parts = [p for p in text.rstrip("/").split("/") if p]
+        generic = {"model", "models", "snapshot", "snapshots", "main", "weights", "checkpoint"}
+        named = [p for p in parts if p.lower() not in generic]
+        text = named[-1] if named else parts[-1]
     return text
 
 

@@ -87,3 +87,16 @@ def test_variant_table_shows_relative_mrr_change(tmp_path):
     assert "Δ MRR" in md and "-50.0%" in md
     assert "-50.00" in to_csv(lb)
     assert "Δ MRR" not in to_markdown(build(tmp_path, "large"))
+
+
+def test_lranker_rows_are_named_by_preset_and_ablation():
+    from rankers.lranker.config import CPU_PRESET
+    from rankers.lranker.ranker import LRankerRanker
+    from rbench.plugins import make_ranker
+
+    assert make_ranker("lranker", {}).label == "lranker"
+    cpu = make_ranker("lranker", {"preset": "cpu"}).config
+    assert LRankerRanker.label_for(cpu) == "lranker (preset=cpu)"
+    assert LRankerRanker.label_for({**cpu, "tts": False}) == "lranker (preset=cpu, tts=false)"
+    assert "epochs=" not in LRankerRanker.label_for(cpu) and "epochs" in CPU_PRESET
+    assert LRankerRanker.label_for({**cpu, "epochs": 99}) == "lranker (preset=cpu, epochs=99)"

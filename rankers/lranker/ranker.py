@@ -14,6 +14,7 @@ the methods, so ``rbench rankers`` stays instant.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import os
@@ -158,6 +159,33 @@ class LRankerRanker(BaseRanker):
                                 tr.history.values if tr.history is not None else None,
                                 tr.candidates, str(len(tr)))}
         return Path(self.context.cache_dir) / "lranker" / f"{task.spec.name}-{config_hash(key, 16)}"
+
+    @property
+    def label(self) -> str:
+        return self.label_for(self.config)
+
+    @classmethod
+    def label_for(cls, config: dict[str, Any]) -> str:
+        """Table row name from a RunRecord's config: the preset, the ablation switches and any
+        other option that differs from the paper (beyond what the preset sets)."""
+        from dataclasses import fields
+
+        from .config import CPU_PRESET, LRankerConfig
+
+        implied = CPU_PRESET if config.get("preset") == "cpu" else {}
+        parts = [f"preset={config['preset']}"] if config.get("preset", "paper") != "paper" else []
+        for f in fields(LRankerConfig):
+            if f.name == "preset" or f.name not in config:
+                continue
+            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+            value = config[f.name]
+            if value == default or (isinstance(default, tuple) and list(default) == value) \
+                    or (f.name in implied and implied[f.name] == value) \
+                    or (f.name in implied and isinstance(implied[f.name], tuple) and list(implied[f.name]) == value):
+                continue
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            parts.append(f"{f.name}={text.rstrip('/').rsplit('/', 1)[-1]}")
+        return "lranker" + (f" ({', '.join(parts)})" if parts else "")
 
     def fit(self, task: TaskData) -> None:
         import torch
