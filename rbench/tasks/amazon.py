@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rbench.errors import DataError
-from rbench.tasks.generic import open_text
+from rbench.tasks.generic import open_text, parse_json_object
 
 BLOCK_BYTES = 16 << 20  # bytes of JSON text parsed per block (one line must fit in a block)
 
@@ -127,14 +127,7 @@ def _line_of_row(path: Path, row: int) -> int | None:
     return None
 
 
-def _json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path, lineno) from None
-    if not isinstance(obj, dict):
-        raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
-    return obj
+_json_object = parse_json_object
 
 
 def _check_value(obj: dict[str, Any], key: str, kind: str, path: Path, lineno: int) -> None:

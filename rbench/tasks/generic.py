@@ -69,6 +69,17 @@ MIN_SPLIT_QUERIES = 5  # smallest n for which round(n/10) >= 1: a non-empty vali
 # ------------------------------------------------------------------------------------------
 
 
+def parse_json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
+    """One JSON-lines record, or a DataError naming the file and line."""
+    try:
+        obj = json.loads(line)
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path, lineno) from None
+    if not isinstance(obj, dict):
+        raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
+    return obj
+
+
 def seeded_rng(seed: int, purpose: str) -> np.random.Generator:
     """An independent stream per purpose, so sampling more queries never reshuffles the split."""
     return np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, zlib.crc32(purpose.encode())]))
@@ -204,13 +215,7 @@ def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
         for lineno, line in enumerate(fh, start=1):
             if not line.strip():
                 continue
-            try:
-                obj = json.loads(line)
-            except json.JSONDecodeError as exc:
-                raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path, lineno) from None
-            if not isinstance(obj, dict):
-                raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
-            yield lineno, obj
+            yield lineno, parse_json_object(line, path, lineno)
 
 
 def id_field(obj: dict[str, Any], key: str, path: Path, lineno: int) -> str:
