@@ -23,7 +23,7 @@ def build_index(emb: np.ndarray, backend: str, seed: int = 0) -> Any:
     try:
         import faiss
     except ImportError as exc:
-        raise RBenchError("--ann needs faiss: pip install faiss-cpu") from exc
+        raise RBenchError("--ann needs faiss: pip install 'rbench[ann]'") from exc
     n, d = emb.shape
     x = np.ascontiguousarray(emb, dtype=np.float32)
     if backend == "flat":
