@@ -53,29 +53,62 @@ def is_embedding_ranker(ranker: Any) -> bool:
 
 def _topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Top-k column positions and scores per row, sorted descending (ties: lower column first)."""
-    k = min(k, scores.shape[1])
+    idx, vals = _topk_unsorted(scores, k)
+    return _sort_topk(idx, vals)
+
+
+def _topk_unsorted(scores: np.ndarray, k: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k column positions and scores per row, in no particular order (the engine sorts once,
+    at the end, instead of after every chunk).
+
+    Which of several candidates tied at the k-th score make the cut is decided, not left to the
+    selection algorithm: the lowest ``keys`` (pool indices; default the column) win, so a scan
+    split into shards keeps exactly the single scan's top-k. One extra element is selected to see
+    whether a row has such a tie; only those rows (rare) are resolved by a full pass."""
+    n_rows, n_cols = scores.shape
+    k = min(k, n_cols)
     if k <= 0:
-        return np.zeros((scores.shape[0], 0), np.int64), np.zeros((scores.shape[0], 0), scores.dtype)
+        return np.zeros((n_rows, 0), np.int64), np.zeros((n_rows, 0), scores.dtype)
+    if k == n_cols:
+        idx = np.broadcast_to(np.arange(n_cols), scores.shape).copy()
+        return idx, scores.copy()
     torch = sys.modules.get("torch")  # use torch's multi-threaded topk only when already loaded
-    if torch is not None and scores.shape[1] > 4 * k and scores.dtype in (np.float32, np.float64):
-        vals, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k, dim=1, sorted=False)
-        idx, vals = idx.numpy().astype(np.int64), vals.numpy()
-        order = np.lexsort((idx, -vals), axis=1)  # descending score, ties by lower column
-        return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
-    if k < scores.shape[1]:
-        part = np.argpartition(-scores, k - 1, axis=1)[:, :k]
+    if torch is not None and n_cols > 4 * k and scores.dtype in (np.float32, np.float64):
+        vals, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k + 1, dim=1, sorted=False)
+        idx, vals = idx.numpy().astype(np.int64, copy=False), vals.numpy()
     else:
-        part = np.broadcast_to(np.arange(scores.shape[1]), scores.shape).copy()
-    vals = np.take_along_axis(scores, part, axis=1)
-    order = np.lexsort((part, -vals), axis=1)
-    return np.take_along_axis(part, order, axis=1), np.take_along_axis(vals, order, axis=1)
+        idx = np.argpartition(-scores, k, axis=1)[:, : k + 1]
+        vals = np.take_along_axis(scores, idx, axis=1)
+    rows = np.arange(n_rows)
+    drop = np.argmin(vals, axis=1)  # the (k+1)-th best
+    keep = np.ones(vals.shape, dtype=bool)
+    keep[rows, drop] = False
+    dropped = vals[rows, drop]
+    idx, vals = idx[keep].reshape(n_rows, k), vals[keep].reshape(n_rows, k)
+    for r in np.flatnonzero(dropped == vals.min(axis=1)):  # a tie straddles the cut
+        row, t = scores[r], dropped[r]
+        above = np.flatnonzero(row > t)
+        tied = np.flatnonzero(row == t)
+        key = tied if keys is None else (keys if keys.ndim == 1 else keys[r])[tied]
+        chosen = np.concatenate([above, tied[np.argsort(key, kind="stable")[: k - len(above)]]])
+        idx[r], vals[r] = chosen, row[chosen]
+    return idx, vals
 
 
-def _count(scores: np.ndarray, thresholds: np.ndarray, op: str) -> np.ndarray:
+def _sort_topk(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order rows by descending score; ties by lower index (-1 padding last)."""
+    order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -vals), axis=1)
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray | None = None) -> np.ndarray:
     """Per row, how many scores are > (or ==) the row's threshold (NaN never counts).
-    (count_nonzero over a bool matrix is several times faster than sum, and than torch's.)"""
-    hit = scores > thresholds if op == ">" else scores == thresholds
-    return np.count_nonzero(hit, axis=1)
+    (count_nonzero over a bool matrix is several times faster than sum, and than torch's; ``out``
+    is a reused bool buffer: fresh pages cost more than the comparison on these machines.)"""
+    if out is None or out.shape != scores.shape:
+        out = np.empty(scores.shape, dtype=bool)
+    (np.greater if op == ">" else np.equal)(scores, thresholds, out=out)
+    return np.count_nonzero(out, axis=1)
 
 
 def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
@@ -153,17 +186,19 @@ class _Chunks:
             for a in range(0, m, self.chunk_size):
                 yield a, self.per_query[:, a : a + self.chunk_size]
         else:
+            # chunk edges sit on absolute multiples of chunk_size, whatever the range: a shard
+            # whose range starts on that grid makes exactly the GEMM calls a whole-pool scan makes
+            # for the same candidates, so their float scores (and ties) are bit-identical
             lo, hi = self.pool_range
-            for a in range(lo, hi, self.chunk_size):
-                yield a, np.arange(a, min(a + self.chunk_size, hi), dtype=np.int64)
+            a = lo
+            while a < hi:
+                b = min(hi, (a // self.chunk_size + 1) * self.chunk_size)
+                yield a, np.arange(a, b, dtype=np.int64)
+                a = b
 
 
 def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
-    """Index the pool and return ``score(batch, candidates)`` for the engine's loop.
-
-    The dense scorer is marked ``fresh_output``: it returns newly allocated float32 arrays that
-    the engine may modify in place (a plugin's ``score`` may return views of its own caches,
-    which are copied first)."""
+    """Index the pool and return ``score(batch, candidates)`` for the engine's loop."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if is_embedding_ranker(ranker):
@@ -172,40 +207,58 @@ def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
             raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
                                     f"expected ({len(pool)}, d)")
         for a in range(0, emb.shape[0], 262144):  # once per pool, chunked (may be memory-mapped)
-            block = np.asarray(emb[a : a + 262144])
+            block = np.asarray(emb[a : a + 262144], dtype=np.float32)
             if not np.isfinite(block).all():
                 row = a + int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
                 raise RankerOutputError(f"ranker {ranker.name!r}: candidate vector {row} "
                                         f"({pool.ids[row]!r}) is not finite")
         timings["index_s"] = time.perf_counter() - t0
-        cache: dict[str, Any] = {}
-
-        def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
-            if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
-                q = np.asarray(ranker.encode_queries(batch))
-                if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != emb.shape[1]:
-                    raise RankerOutputError(f"ranker {ranker.name!r}: encode_queries returned shape "
-                                            f"{q.shape}, expected ({len(batch)}, {emb.shape[1]})")
-                if not np.isfinite(q).all():
-                    row = int(np.flatnonzero(~np.isfinite(q).all(axis=1))[0])
-                    raise RankerOutputError(f"ranker {ranker.name!r} returned a non-finite query vector "
-                                            f"for query {batch.ids[row]!r}")
-                cache["batch"], cache["q"] = batch, q.astype(np.float32, copy=False)
-            q = cache["q"]
-            if cand.ndim == 1:
-                if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
-                    block = emb[cand[0] : cand[-1] + 1]
-                else:
-                    block = emb[cand]
-                return q @ np.asarray(block, dtype=np.float32).T
-            return np.einsum("bd,bmd->bm", q, np.asarray(emb[cand], dtype=np.float32))
-
-        score.fresh_output = True  # type: ignore[attr-defined]
-        score.finite_inputs = True  # type: ignore[attr-defined]
-        return score, timings
+        return dense_scorer(emb, ranker.encode_queries, ranker.name, pool_checked=True), timings
     ranker.index(pool)
     timings["index_s"] = time.perf_counter() - t0
     return ranker.score, timings
+
+
+def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name: str = "dense",
+                 pool_checked: bool = False) -> Scorer:
+    """The engine's fast path for inner-product scores: a GEMM of the batch's query vectors against
+    each candidate chunk (``emb`` may be memory-mapped, fp16/bf16-stored or sharded; chunks are
+    computed in fp32).
+
+    The scorer is marked ``scratch_output``: a shared-pool chunk's scores are written into one
+    reused buffer (valid until the next call), which the engine may modify in place; faulting in
+    a fresh batch x chunk matrix per chunk costs more than the comparisons on these machines.
+    ``finite_inputs``: the query vectors are checked here; when the candidates were checked too
+    (``pool_checked``, as ``make_scorer`` does), the engine skips scanning every score for NaN/inf."""
+    cache: dict[str, Any] = {}
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
+            q = np.asarray(encode_queries(batch))
+            if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != emb.shape[1]:
+                raise RankerOutputError(f"ranker {name!r}: encode_queries returned shape "
+                                        f"{q.shape}, expected ({len(batch)}, {emb.shape[1]})")
+            if not np.isfinite(q).all():
+                row = int(np.flatnonzero(~np.isfinite(q).all(axis=1))[0])
+                raise RankerOutputError(f"ranker {name!r} returned a non-finite query vector "
+                                        f"for query {batch.ids[row]!r}")
+            cache["batch"], cache["q"] = batch, np.ascontiguousarray(q, dtype=np.float32)
+        q = cache["q"]
+        if cand.ndim == 1:
+            if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
+                block = emb[cand[0] : cand[-1] + 1]
+            else:
+                block = emb[cand]
+            size = q.shape[0] * len(cand)
+            if cache.get("buf") is None or cache["buf"].size < size:
+                cache["buf"] = np.empty(size, dtype=np.float32)
+            out = cache["buf"][:size].reshape(q.shape[0], len(cand))
+            return np.matmul(q, np.asarray(block, dtype=np.float32).T, out=out)
+        return np.einsum("bd,bmd->bm", q, np.asarray(emb[cand], dtype=np.float32))
+
+    score.scratch_output = True  # type: ignore[attr-defined]
+    score.finite_inputs = pool_checked  # type: ignore[attr-defined]
+    return score
 
 
 def evaluate(
@@ -234,7 +287,7 @@ def evaluate(
     if scorer is None:
         scorer, timings = make_scorer(ranker, pool)
     name = getattr(ranker, "name", type(ranker).__name__)
-    fresh = bool(getattr(scorer, "fresh_output", False))
+    scratch = bool(getattr(scorer, "scratch_output", False))
     n = len(queries)
     n_pos = len(queries.positives.values)
     higher_vals = np.zeros(n_pos, dtype=np.int64)
@@ -243,6 +296,7 @@ def evaluate(
     top_idx = np.full((n, topk), -1, dtype=np.int64)
     top_val = np.full((n, topk), -np.inf, dtype=np.float64)
     n_ranked = np.zeros(n, dtype=np.int64)
+    hit_buf: np.ndarray | None = None
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
@@ -259,6 +313,8 @@ def evaluate(
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
         excl = batch.exclude
+        run_i: np.ndarray | None = None
+        run_v: np.ndarray | None = None
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
@@ -268,7 +324,7 @@ def evaluate(
                 # the dense scorer checks its inputs are finite, so its products are; others are scanned
                 s = _check(raw, shape, name, batch) if not getattr(scorer, "finite_inputs", False) \
                     else _check_shape(raw, shape, name)
-            if not fresh or s is full:
+            if not scratch or s is full:
                 s = s.copy()  # never modify a ranker's own arrays
             C = s.shape[1]
             spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
@@ -283,14 +339,15 @@ def evaluate(
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
             n_ranked[rows] += np.isfinite(s).sum(axis=1) if excluded_here else s.shape[1]
-            # running top-k
-            ci, cv = _topk_rows(s, topk)
+            # running top-k (unsorted until the end of the scan)
+            ci, cv = _topk_unsorted(s, topk, keys=None if cand.ndim == 1 else cand)
             gi = cand[ci] if cand.ndim == 1 else np.take_along_axis(cand, ci, axis=1)
-            merged_i = np.concatenate([top_idx[rows], gi], axis=1)
-            merged_v = np.concatenate([top_val[rows], cv], axis=1)
-            mi, mv = _topk_rows(merged_v, topk)
-            top_idx[rows] = np.take_along_axis(merged_i, mi, axis=1)
-            top_val[rows] = mv
+            if run_i is None:
+                run_i, run_v = gi, cv
+            else:
+                merged_i = np.concatenate([run_i, gi], axis=1)
+                mi, run_v = _topk_unsorted(np.concatenate([run_v, cv], axis=1), topk, keys=merged_i)
+                run_i = np.take_along_axis(merged_i, mi, axis=1)
             # positives are compared among themselves below; mask them out of the chunk
             cmp = s
             if cand.ndim == 1:
@@ -303,8 +360,10 @@ def evaluate(
             if pos.shape[1] <= 8:
                 for j in range(pos.shape[1]):
                     t = spc[:, j : j + 1]
-                    higher[:, j] += _count(cmp, t, ">")
-                    equal[:, j] += _count(cmp, t, "==")
+                    if hit_buf is None or hit_buf.shape != cmp.shape:
+                        hit_buf = np.empty(cmp.shape, dtype=bool)
+                    higher[:, j] += _count(cmp, t, ">", hit_buf)
+                    equal[:, j] += _count(cmp, t, "==", hit_buf)
             else:  # many graded positives: sort once, binary-search each positive
                 srt = np.sort(np.where(np.isnan(cmp), -np.inf, cmp), axis=1)
                 for i in range(B):
@@ -314,6 +373,10 @@ def evaluate(
                     equal[i] += hi - lo
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 break
+        if run_i is not None:
+            w = run_i.shape[1]
+            run_i, run_v = _sort_topk(run_i, run_v.astype(np.float64))
+            top_idx[rows, :w], top_val[rows, :w] = run_i, run_v
         # order among positives: higher score first; ties pessimistically by ascending grade,
         # then by descending pool index (deterministic)
         ok = pos_ok[:, :, None] & pos_ok[:, None, :]

@@ -92,12 +92,23 @@ class Unsupported(Exception):
 class ArrowTexts(Sequence):
     """Texts held in a (memory-mapped) Arrow string array, converted to ``str`` on access."""
 
-    def __init__(self, array: Any) -> None:
+    def __init__(self, array: Any, source: tuple[str, str] | None = None) -> None:
         import pyarrow as pa
 
         if isinstance(array, pa.ChunkedArray):
             array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-        self.array = array
+        self.array, self.source = array, source
+
+    @classmethod
+    def from_file(cls, path: str, column: str) -> ArrowTexts:
+        return cls(_read_arrow(Path(path)).column(column), source=(str(path), column))
+
+    def __reduce__(self) -> Any:
+        """Pickled as its (Arrow IPC file, column) when it has one: a worker (``rbench.distributed``)
+        memory-maps the same file instead of receiving millions of strings."""
+        if self.source is not None:
+            return (ArrowTexts.from_file, self.source)
+        return (ArrowTexts, (self.array,))
 
     def __len__(self) -> int:
         return len(self.array)
@@ -428,7 +439,8 @@ class _Reader:
 
     def pool(self, info: dict[str, Any]) -> Pool:
         table = _read_arrow(self.folder / "pool.arrow")
-        texts: Any = ArrowTexts(table.column("texts")) if info["n"] > LAZY_POOL_THRESHOLD \
+        texts: Any = ArrowTexts(table.column("texts"), source=(str(self.folder / "pool.arrow"), "texts")) \
+            if info["n"] > LAZY_POOL_THRESHOLD \
             else _strings(table, "texts")
         domains = _strings(table, "domains") if info["domains"] else None
         return Pool(ids=_strings(table, "ids", info["ids_kind"]), texts=texts, domains=domains,

@@ -70,15 +70,10 @@ def _digest(*arrays: Any) -> str:
 
 def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
     """An engine scorer for precomputed query vectors ``Q`` (rows aligned with ``queries``)."""
+    from rbench.engine import dense_scorer
+
     index = {str(q): i for i, q in enumerate(queries.ids)}
-
-    def scorer(batch: Queries, cand: np.ndarray) -> np.ndarray:
-        q = Q[[index[str(x)] for x in batch.ids]]
-        if cand.ndim == 1:
-            return q @ np.asarray(vectors[cand], dtype=np.float32).T
-        return np.einsum("bd,bmd->bm", q, np.asarray(vectors[cand], dtype=np.float32))
-
-    return scorer
+    return dense_scorer(vectors, lambda batch: Q[[index[str(x)] for x in batch.ids]], "lranker")
 
 
 class LRankerRanker(BaseRanker):
