@@ -139,6 +139,8 @@ def run_cmd(
     no_write: bool = typer.Option(False, "--no-write", help="Do not write a RunRecord."),
     ann: Optional[str] = typer.Option(None, "--ann", help="Also measure a faiss index (flat|ivf|hnsw|pq) "
                                       "against the exact scan; headline metrics stay exact."),
+    ray_shards: Optional[int] = typer.Option(None, "--ray-shards", help="Score the pool in N Ray tasks "
+                                             "(embedding rankers; identical metrics; RAY_ADDRESS for a cluster)."),
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -148,7 +150,7 @@ def run_cmd(
 
     opts = RunOptions(ranker=ranker, task=task, variant=variant, sets=parse_assignments(sets), seed=seed,
                       max_queries=max_queries, results_dir=results_dir, batch_size=batch_size,
-                      chunk_size=chunk_size, write=not no_write, ann=ann)
+                      chunk_size=chunk_size, write=not no_write, ann=ann, ray_shards=ray_shards)
     progress, factory = _progress_factory(enabled=not quiet and not as_json)
     with progress:
         outcome = run(opts, progress=factory)

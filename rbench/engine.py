@@ -286,7 +286,7 @@ def evaluate(
     timings: dict[str, float] = {}
     if scorer is None:
         scorer, timings = make_scorer(ranker, pool)
-    name = getattr(ranker, "name", type(ranker).__name__)
+    name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
     scratch = bool(getattr(scorer, "scratch_output", False))
     n = len(queries)
     n_pos = len(queries.positives.values)

@@ -50,6 +50,7 @@ class RunOptions:
     chunk_size: int = 65536
     write: bool = True
     ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
+    ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
 
 
 @dataclass
@@ -132,8 +133,12 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
     step(1)
 
     tick = progress(f"{opts.ranker} on {spec.name}", len(data.test))
-    result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,
-                      chunk_size=opts.chunk_size, progress=tick)
+    if opts.ray_shards:
+        result = _evaluate_on_ray(ranker, data, opts)
+        tick(len(data.test))
+    else:
+        result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,
+                          chunk_size=opts.chunk_size, progress=tick)
     values = per_query(result.ranks, data.test.grades, MEASURES)
     ann_info = _measure_ann(ranker, data, opts) if opts.ann else None
     metrics = aggregate(values)
@@ -163,7 +168,8 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         created=now_iso(),
         task_options=config_dict(task_opts) if task_opts is not None else {},
         run_options={"max_queries": opts.max_queries, "batch_size": opts.batch_size,
-                     "chunk_size": opts.chunk_size, "non_default": diff},
+                     "chunk_size": opts.chunk_size, "non_default": diff,
+                     **({"ray_shards": opts.ray_shards} if opts.ray_shards else {})},
         task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
                    "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
         ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
@@ -175,6 +181,50 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         path = record_path(Path(opts.results_dir), spec.scenario, record.task_key, opts.ranker, chash)
         write_run(record, path, per_query_bytes(data.test.ids, values, first_rank))
     return RunOutcome(record=record, path=path, per_query=values)
+
+
+def _evaluate_on_ray(ranker: Any, data: TaskData, opts: RunOptions) -> Any:
+    """Exact evaluation split over ``opts.ray_shards`` Ray tasks (``rbench.distributed``): the
+    candidate matrix is handed to the workers as a file (its own memory-mapped ``.npy`` or sharded
+    directory; otherwise written once under RBENCH_HOME, which must be shared storage on a
+    cluster), the query vectors are computed here once."""
+    import tempfile
+
+    from rbench.distributed import evaluate_sharded
+    from rbench.engine import is_embedding_ranker
+    from rbench.sharded import ShardedArray
+
+    if not is_embedding_ranker(ranker):
+        raise RBenchError(f"--ray-shards needs an embedding ranker; {opts.ranker!r} scores with its own score()")
+    if data.test.candidates is not None:
+        raise RBenchError("--ray-shards splits a shared pool; this task gives each query its own candidate list")
+    t0 = time.perf_counter()
+    emb = ranker.encode_pool(data.pool)
+    index_s = time.perf_counter() - t0
+    scratch = paths.cache_dir("ray")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        if isinstance(emb, ShardedArray):
+            source = str(emb.directory)
+        elif isinstance(emb, np.memmap) and emb.filename and emb.offset == np.load(emb.filename, mmap_mode="r").offset \
+                and np.load(emb.filename, mmap_mode="r").shape == emb.shape:
+            source = str(emb.filename)
+        else:
+            source = str(Path(tmp) / "pool.npy")
+            out = np.lib.format.open_memmap(source, mode="w+", dtype=np.float32, shape=emb.shape)
+            for a in range(0, emb.shape[0], 262144):
+                out[a : a + 262144] = np.asarray(emb[a : a + 262144], dtype=np.float32)
+            out.flush()
+            del out
+        t0 = time.perf_counter()
+        qv = np.concatenate([np.asarray(ranker.encode_queries(b), dtype=np.float32)
+                             for _, b in data.test.batches(opts.batch_size)])
+        result = evaluate_sharded(source, qv, data.test, opts.ray_shards, batch_size=opts.batch_size,
+                                  chunk_size=opts.chunk_size)
+    score_s = time.perf_counter() - t0
+    result.timings = {"index_s": index_s, "score_s": score_s,
+                      "per_query_ms": 1000.0 * score_s / max(len(data.test), 1)}
+    return result
 
 
 def _measure_ann(ranker: Any, data: TaskData, opts: RunOptions) -> dict[str, Any]:

@@ -178,3 +178,31 @@ def test_arrow_texts_pickle_as_their_file(tmp_path):
     texts = ArrowTexts.from_file(str(path), "texts")
     blob = pickle.dumps(texts)
     assert len(blob) < 500 and pickle.loads(blob)[1500:1502] == ["text 1500", "text 1501"]
+
+
+def test_run_with_ray_shards_gives_the_single_process_record(monkeypatch, tmp_path, cluster):
+    import importlib.util
+
+    if importlib.util.find_spec("recbole") is None:  # the distributed environment has no ml-100k
+        pytest.skip("ml-100k ships inside recbole (the recsys environment)")
+    from rbench import plugins
+    from rbench.errors import RBenchError
+    from rbench.runner import RunOptions, run
+    from tests.test_ann import _HashEmbed
+
+    class EP:
+        def load(self):
+            return _HashEmbed
+
+    real = plugins._entry_points
+    monkeypatch.setattr(plugins, "_entry_points", lambda: {**real(), "hashemb": EP()})
+    opts = dict(ranker="hashemb", task="ml-100k", results_dir=tmp_path, max_queries=300, chunk_size=256,
+                write=False)
+    single = run(RunOptions(**opts))
+    sharded = run(RunOptions(**opts, ray_shards=3))
+    assert sharded.record.metrics == single.record.metrics
+    for name in single.per_query:
+        np.testing.assert_array_equal(sharded.per_query[name], single.per_query[name])
+    assert sharded.record.run_options["ray_shards"] == 3
+    with pytest.raises(RBenchError, match="needs an embedding ranker"):
+        run(RunOptions(**{**opts, "ranker": "pop"}, ray_shards=2))
