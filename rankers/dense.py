@@ -108,8 +108,12 @@ class DenseOptions:
     query_prompt: str | None = None  # prepended to every query (None: model default)
     passage_prompt: str | None = None  # prepended to every candidate (None: model default)
     device: str = "auto"  # auto | cpu | cuda[:n]
+    storage: Literal["float32", "float16", "bfloat16"] = "float32"  # on-disk candidate vectors (fp32 compute)
+    truncate_dim: int = 0  # Matryoshka: keep the first N dims of pool and query vectors (0 = all)
 
     def validate(self) -> None:
+        if self.truncate_dim < 0:
+            raise RBenchError("truncate_dim must be >= 0 (0 keeps every dimension)")
         if self.max_length < 1:
             raise RBenchError("max_length must be >= 1")
         if self.batch_size < 1:
@@ -395,6 +399,7 @@ class DenseRanker(BaseRanker):
             return [prompt + t for t in pool.text_batch(idx)]
 
         emb = pool_embeddings(pool, self.cache_key(), enc, dim=enc.dim, batch_size=self.cfg.batch_size * 8,
+                              dtype=self.cfg.storage, truncate=self.cfg.truncate_dim or None,
                               root=Path(self.context.cache_dir) / "embeddings",
                               progress=getattr(self.context, "show_progress", True), texts=texts)
         self.info["pool_cached"] = enc.calls == calls
@@ -404,7 +409,8 @@ class DenseRanker(BaseRanker):
     def encode_queries(self, queries: Queries) -> np.ndarray:
         enc = self.encoder()
         prompt = self._settings_used["query_prompt"]
-        return enc([prompt + str(queries.texts[i]) for i in range(len(queries))])
+        vecs = np.asarray(enc([prompt + str(queries.texts[i]) for i in range(len(queries))]))
+        return vecs[:, : self.cfg.truncate_dim] if self.cfg.truncate_dim else vecs
 
 
 class ContrieverRanker(DenseRanker):

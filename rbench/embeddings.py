@@ -22,6 +22,50 @@ from rbench import paths
 from rbench.api import Pool
 
 Encoder = Callable[[list[str]], np.ndarray]
+STORAGE = ("float32", "float16", "bfloat16")
+
+
+def to_bf16_bits(x: np.ndarray) -> np.ndarray:
+    """fp32 -> bfloat16 bit patterns (uint16), round to nearest even; NaN stays NaN."""
+    u = np.ascontiguousarray(x, dtype=np.float32).view(np.uint32)
+    rounded = ((u + (0x7FFF + ((u >> 16) & 1))) >> 16).astype(np.uint16)
+    nan = np.isnan(x)
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def from_bf16_bits(b: np.ndarray) -> np.ndarray:
+    return (np.asarray(b, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
+
+
+class BF16Matrix:
+    """A bfloat16-stored ``(N, d)`` matrix (uint16 bit patterns, usually memory-mapped) that reads
+    as fp32, chunk by chunk. Why bf16: half the bytes of fp32 with fp32's exponent range, so
+    unnormalised dot-product embeddings (Contriever's) cannot overflow as they can in fp16."""
+
+    def __init__(self, bits: np.ndarray) -> None:
+        self.bits = bits
+        self.shape, self.ndim, self.dtype = bits.shape, bits.ndim, np.dtype(np.float32)
+
+    def __len__(self) -> int:
+        return self.shape[0]
+
+    def __getitem__(self, key: Any) -> np.ndarray:
+        return from_bf16_bits(self.bits[key])
+
+    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
+        out = from_bf16_bits(self.bits)
+        return out if dtype is None else out.astype(dtype, copy=False)
+
+
+def _open(path: Path, dtype: str) -> Any:
+    arr = np.load(path, mmap_mode="r")
+    return BF16Matrix(arr) if dtype == "bfloat16" else arr
+
+
+def _stored(vecs: np.ndarray, dtype: str) -> np.ndarray:
+    return to_bf16_bits(vecs) if dtype == "bfloat16" else vecs.astype(dtype, copy=False)
 
 
 def cache_key(pool: Pool, key: dict[str, Any]) -> str:
@@ -56,8 +100,8 @@ def pool_embeddings(
     ``dtype="float16"`` halves the disk/page-cache footprint (the engine computes in fp32 chunk by
     chunk); ``truncate=128`` keeps the first 128 dimensions (Matryoshka truncation).
     """
-    if dtype not in ("float32", "float16"):
-        raise ValueError(f"embedding storage dtype must be float32 or float16, not {dtype}")
+    if dtype not in STORAGE:
+        raise ValueError(f"embedding storage dtype must be one of {', '.join(STORAGE)}, not {dtype}")
     key = {**key, "storage": dtype, "truncate": truncate}
     if truncate:
         inner = encode
@@ -69,7 +113,7 @@ def pool_embeddings(
     base = (root or paths.cache_dir("embeddings")) / cache_key(pool, key)
     final = base / "emb.npy"
     if final.exists():
-        return np.load(final, mmap_mode="r")
+        return _open(final, dtype)
     base.mkdir(parents=True, exist_ok=True)
     _write_json(base / "key.json", {**key, "pool": pool.name, "fingerprint": pool.fingerprint, "n": len(pool)})
     partial, marker = base / "emb.partial.npy", base / "progress.json"
@@ -94,8 +138,9 @@ def pool_embeddings(
             vecs = np.asarray(encode(fetch(idx)), dtype=np.float32)
             if arr is None:
                 d = dim or vecs.shape[1]
-                arr = np.lib.format.open_memmap(partial, mode="w+", dtype=dtype, shape=(n, d))
-            arr[idx[0] : idx[-1] + 1] = vecs.astype(dtype, copy=False)
+                disk = np.uint16 if dtype == "bfloat16" else dtype
+                arr = np.lib.format.open_memmap(partial, mode="w+", dtype=disk, shape=(n, d))
+            arr[idx[0] : idx[-1] + 1] = _stored(vecs, dtype)
             start = idx[-1] + 1
             if start % (batch_size * 16) == 0 or start == n:
                 arr.flush()
@@ -106,12 +151,13 @@ def pool_embeddings(
         if bar is not None:
             bar[0].stop()
     if arr is None:  # empty pool
-        arr = np.lib.format.open_memmap(partial, mode="w+", dtype=dtype, shape=(0, dim or 0))
+        arr = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint16 if dtype == "bfloat16" else dtype,
+                                        shape=(0, dim or 0))
     arr.flush()
     del arr
     os.replace(partial, final)
     marker.unlink(missing_ok=True)
-    return np.load(final, mmap_mode="r")
+    return _open(final, dtype)
 
 
 def _encode_all(pool: Pool, encode: Encoder, batch_size: int, dtype: str, progress: bool,
@@ -120,8 +166,10 @@ def _encode_all(pool: Pool, encode: Encoder, batch_size: int, dtype: str, progre
     parts = []
     for start in range(0, len(pool), batch_size):
         idx = np.arange(start, min(start + batch_size, len(pool)))
-        parts.append(np.asarray(encode(fetch(idx)), dtype=dtype))
-    return np.concatenate(parts) if parts else np.zeros((0, 0), dtype=dtype)
+        parts.append(_stored(np.asarray(encode(fetch(idx)), dtype=np.float32), dtype))
+    # in memory too, bf16 stays bf16-stored (same values as the cached path)
+    out = np.concatenate(parts) if parts else np.zeros((0, 0), dtype=np.uint16 if dtype == "bfloat16" else dtype)
+    return BF16Matrix(out) if dtype == "bfloat16" else out
 
 
 def _bar(enabled: bool, total: int, desc: str):

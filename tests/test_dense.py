@@ -229,3 +229,19 @@ def test_registered_as_entry_points():
     from rbench.plugins import load_ranker_class
 
     assert load_ranker_class("dense") is DenseRanker and load_ranker_class("contriever") is ContrieverRanker
+
+
+def test_bf16_storage_and_matryoshka_truncation(tiny_bert, tmp_path):
+    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+
+    pool = _pool(10)
+    ref = _manual(tiny_bert, list(pool.texts))
+    r = _ranker(DenseRanker, DenseOptions(model=str(tiny_bert), pooling="mean", normalize=False,
+                                          storage="bfloat16", truncate_dim=8), tmp_path)
+    emb = np.asarray(r.encode_pool(pool))
+    assert emb.shape == (10, 8)
+    np.testing.assert_allclose(emb, from_bf16_bits(to_bf16_bits(ref[:, :8].astype(np.float32))), rtol=1e-4, atol=1e-5)
+    q = make_queries([[0]])
+    assert r.encode_queries(q).shape == (1, 8)
+    with pytest.raises(RBenchError, match="truncate_dim"):
+        DenseOptions(truncate_dim=-1).validate()

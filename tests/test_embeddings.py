@@ -60,3 +60,68 @@ def test_fp16_storage_and_truncation(tmp_path):
     np.testing.assert_allclose(half.astype(np.float32), full, rtol=1e-3)
     np.testing.assert_array_equal(cut, full[:, :2])
     assert sum(calls) == 900  # three distinct cache entries
+
+
+def test_bf16_bits_match_torch_rounding():
+    torch = pytest.importorskip("torch")
+    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+
+    rng = np.random.default_rng(0)
+    x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 1e3,
+                        # halfway cases (round to even), extremes, signed zero, infinities
+                        np.array([1 + 2**-8, 1 + 3 * 2**-8, -(1 + 2**-8), 3.3895314e38, -3.4e38, 0.0, -0.0,
+                                  np.inf, -np.inf, 1e-40], dtype=np.float32)])
+    ref = torch.from_numpy(x).to(torch.bfloat16).to(torch.float32).numpy()
+    np.testing.assert_array_equal(from_bf16_bits(to_bf16_bits(x)), ref)
+    assert np.isnan(from_bf16_bits(to_bf16_bits(np.array([np.nan], np.float32)))).all()
+
+
+def test_bf16_storage_reads_as_fp32_chunkwise(tmp_path):
+    from rbench.distributed import _FixedEmbeddings
+    from rbench.embeddings import BF16Matrix, from_bf16_bits, to_bf16_bits
+    from rbench.engine import evaluate
+    from tests.helpers import make_queries
+
+    pool = make_pool(500)
+    calls: list[int] = []
+    full = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False)
+    bf = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="bfloat16")
+    assert isinstance(bf, BF16Matrix) and bf.shape == (500, 3) and bf.dtype == np.float32
+    expect = from_bf16_bits(to_bf16_bits(np.asarray(full)))
+    files = {p.stat().st_size for p in tmp_path.rglob("emb.npy")}
+    assert min(files) < 0.6 * max(files)  # half the bytes (+ the .npy header)
+    np.testing.assert_array_equal(np.asarray(bf), expect)
+    np.testing.assert_array_equal(bf[100:200], expect[100:200])
+    idx = np.array([[3, 499], [7, 7]])
+    np.testing.assert_array_equal(bf[idx], expect[idx])
+    again = pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="bfloat16")
+    assert sum(calls) == 1000 and isinstance(again.bits, np.memmap)  # cached: no third encoding
+    q = make_queries([[i] for i in range(0, 500, 25)])
+    qv = np.random.default_rng(1).standard_normal((len(q), 3)).astype(np.float32)
+    row_of = {str(i): k for k, i in enumerate(q.ids)}
+    a = evaluate(_FixedEmbeddings(bf, qv, row_of), q, pool, chunk_size=128)
+    b = evaluate(_FixedEmbeddings(expect, qv, row_of), q, pool, chunk_size=128)
+    np.testing.assert_array_equal(a.ranks.values, b.ranks.values)
+    with pytest.raises(ValueError, match="float32, float16, bfloat16"):
+        pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="int8")
+
+
+def test_bf16_resumes_after_interruption(tmp_path):
+    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+
+    pool = make_pool(2000)
+    calls: list[int] = []
+    enc = _encoder(calls)
+
+    def flaky(texts):
+        if sum(calls) >= 1100:
+            raise KeyboardInterrupt
+        return enc(texts)
+
+    with pytest.raises(KeyboardInterrupt):
+        pool_embeddings(pool, {"m": 1}, flaky, batch_size=50, root=tmp_path, progress=False, dtype="bfloat16")
+    before = sum(calls)
+    out = pool_embeddings(pool, {"m": 1}, enc, batch_size=50, root=tmp_path, progress=False, dtype="bfloat16")
+    assert sum(calls) - before < 2000
+    ref = _encoder([])(pool.text_batch(np.arange(2000)))
+    np.testing.assert_array_equal(np.asarray(out), from_bf16_bits(to_bf16_bits(ref)))
