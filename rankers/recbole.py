@@ -576,6 +576,8 @@ class RecBoleRanker(BaseRanker):
             if self.cfg.reuse and weights.exists() and meta_path.exists():
                 model.load_state_dict(torch.load(weights, map_location=config["device"], weights_only=True))
                 meta = json.loads(meta_path.read_text())
+                if "training_budget" not in meta:  # a model cached before budgets were recorded
+                    meta["training_budget"] = self._budget(meta, train_data, model)
                 meta["reused"] = True
             else:
                 meta = self._train(config, model, train_data, valid_data, run_dir)
@@ -607,6 +609,26 @@ class RecBoleRanker(BaseRanker):
         curve: list[tuple[int, float, float]] = []
         t0 = time.perf_counter()
         show = bool(getattr(self.context, "show_progress", True))
+        rows, steps = int(train_data.sample_size), int(len(train_data))
+        points: list[dict[str, Any]] = []  # the rbench training curve (see rbench.budget)
+        train_epoch, valid_epoch = trainer._train_epoch, trainer._valid_epoch
+
+        def on_train_epoch(data: Any, epoch_idx: int, *args: Any, **kwargs: Any) -> Any:
+            loss = train_epoch(data, epoch_idx, *args, **kwargs)  # the sum of the batches' losses
+            total = sum(loss) if isinstance(loss, tuple) else loss
+            n = len(points) + 1
+            points.append({"epoch": float(epoch_idx + 1), "step": n * steps, "examples": n * rows,
+                           "train_loss": None if total is None else round(float(total) / max(steps, 1), 6),
+                           "valid_MRR": None, "seconds": round(time.perf_counter() - t0, 3)})
+            return loss
+
+        def on_valid_epoch(data: Any, *args: Any, **kwargs: Any) -> Any:
+            score, result = valid_epoch(data, *args, **kwargs)
+            if points:
+                mrr = (result or {}).get("mrr@10")
+                points[-1]["valid_MRR"] = None if mrr is None else round(float(mrr), 6)
+                points[-1]["seconds"] = round(time.perf_counter() - t0, 3)
+            return score, result
 
         def on_epoch(epoch: int, score: float) -> None:
             curve.append((epoch, float(score), time.perf_counter() - t0))
@@ -615,6 +637,7 @@ class RecBoleRanker(BaseRanker):
                 print(f"  {self.name} epoch {epoch}: valid {self.cfg.valid_metric}={score:.4f} "
                       f"(best {best:.4f}) {curve[-1][2]:.0f}s", file=sys.stderr, flush=True)
 
+        trainer._train_epoch, trainer._valid_epoch = on_train_epoch, on_valid_epoch
         best_score, _ = trainer.fit(train_data, valid_data, saved=True, show_progress=self.cfg.show_progress,
                                     callback_fn=on_epoch)
         train_s = time.perf_counter() - t0
@@ -624,11 +647,34 @@ class RecBoleRanker(BaseRanker):
         model.load_other_parameter(state.get("other_parameter"))
         best_epoch = int(state.get("epoch", -1))
         epochs_run = len(trainer.train_loss_dict)
-        return {"epochs_run": epochs_run, "best_epoch": best_epoch, "train_s": round(train_s, 2),
+        meta = {"epochs_run": epochs_run, "best_epoch": best_epoch, "train_s": round(train_s, 2),
                 "s_per_epoch": round(train_s / max(epochs_run, 1), 2),
                 "early_stopping": {"metric": self.cfg.valid_metric, "best": float(best_score),
                                    "note": "RecBole full-sort on the validation split; not an rbench metric"},
-                "valid_curve": [(e, round(s, 5)) for e, s, _ in curve]}
+                "valid_curve": [(e, round(s, 5)) for e, s, _ in curve],
+                "training_curve": points,
+                "training_curve_note": ("train_loss: mean over the epoch's batches of RecBole's training loss; "
+                                        "valid_MRR: RecBole's full-sort MRR@10 on the validation split")}
+        meta["training_budget"] = self._budget(meta, train_data, model)
+        return meta
+
+    def _budget(self, meta: dict[str, Any], train_data: Any, model: Any) -> dict[str, Any]:
+        """The training budget (``rbench.budget``) of a training run described by ``meta``: one
+        optimizer step per batch of RecBole's training dataloader, every row once per epoch."""
+        rows, steps = int(train_data.sample_size), int(len(train_data))
+        epochs = int(meta.get("epochs_run", 0))
+        neg = getattr(train_data, "neg_sample_args", None) or {}
+        if neg.get("distribution", "none") == "none":  # CE: logits over the whole item table
+            negatives: int | str = f"all {int(train_data.dataset.item_num) - 1} items (full softmax)"
+        else:
+            negatives = int(neg.get("sample_num", 1))
+        n_evals = len(meta.get("valid_curve") or ())
+        best = meta.get("best_epoch", -1)
+        return {"examples_seen": rows * epochs, "epochs": float(epochs), "optimizer_steps": steps * epochs,
+                "train_wall_s": float(meta.get("train_s", 0.0)), "negatives_per_example": negatives,
+                "trainable_params": int(sum(p.numel() for p in model.parameters() if p.requires_grad)),
+                "selection": (f"best valid {self.cfg.valid_metric} (RecBole full sort) of {n_evals} evaluations"
+                              + (f", epoch {int(best) + 1}" if isinstance(best, int) and best >= 0 else ""))}
 
     # ---------------------------------------------------------------------------- vectors
 

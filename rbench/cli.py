@@ -205,6 +205,9 @@ def table_cmd(
     lb = leaderboard.build(results_dir, scenario, variant)
     out.print(leaderboard.rich_table(lb))
     out.print(leaderboard.FOOTER, soft_wrap=True)
+    budgets = leaderboard.rich_budget_table(lb)
+    if budgets is not None:
+        out.print(budgets)
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
     target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
     try:
@@ -236,6 +239,35 @@ def plot_scaling_cmd(
     for ranker, rows in scaling_points(results_dir, task, rankers).items():
         for n, rr, nd in rows:
             table.add_row(ranker, f"{n:,}", f"{100 * rr:.2f}", f"{100 * nd:.2f}")
+    out.print(table)
+    out.print(f"written: {target}")
+
+
+@plot_app.command("training")
+def plot_training_cmd(
+    task: str = typer.Option(..., "--task", "-t"),
+    rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more (trained) rankers."),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o",
+                                          help="PNG file (default leaderboards/training-<task>.png)."),
+) -> None:
+    """Per-epoch training loss and validation MRR (two panels) from the RunRecords' training curves."""
+    from rbench.plots import plot_training, training_curves
+
+    target = output or Path("leaderboards") / f"training-{task}.png"
+    plot_training(results_dir, task, rankers, target)
+    table = Table(title=f"{task}: training curves")
+    for col in ("ranker", "epochs", "steps", "last train loss", "best valid MRR %", "at epoch"):
+        table.add_column(col, justify="left" if col == "ranker" else "right")
+    for label, pts in training_curves(results_dir, task, rankers).items():
+        last = pts[-1]
+        loss = next((p["train_loss"] for p in reversed(pts) if p["train_loss"] is not None), None)
+        scored = [p for p in pts if p["valid_MRR"] is not None]
+        best = max(scored, key=lambda p: p["valid_MRR"]) if scored else None
+        table.add_row(label, f"{last['epoch']:g}", "–" if last["step"] is None else f"{int(last['step']):,}",
+                      "–" if loss is None else f"{loss:.4g}",
+                      "–" if best is None else f"{100 * best['valid_MRR']:.2f}",
+                      "–" if best is None else f"{best['epoch']:g}")
     out.print(table)
     out.print(f"written: {target}")
 

@@ -24,7 +24,7 @@ def scaling_points(results_dir: Path, task: str, rankers: list[str]) -> dict[str
     return {r: sorted((n, m[0], m[1]) for n, m in pts.items()) for r, pts in points.items()}
 
 
-def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path) -> Path:
+def _pyplot():
     try:
         import matplotlib
 
@@ -32,6 +32,11 @@ def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path)
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise RBenchError("plots need matplotlib: pip install 'rbench[plot]'") from exc
+    return plt
+
+
+def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path) -> Path:
+    plt = _pyplot()
     pts = scaling_points(results_dir, task, rankers)
     if not any(pts.values()):
         raise RBenchError(f"no RunRecords for task {task!r} and rankers {', '.join(rankers)} in {results_dir} "
@@ -46,6 +51,63 @@ def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path)
     ax.set_title(f"{task}: MRR vs pool size")
     ax.grid(True, alpha=0.3)
     ax.legend()
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output)
+    plt.close(fig)
+    return output
+
+
+def training_curves(results_dir: Path, task: str, rankers: list[str]) -> dict[str, list[dict]]:
+    """Row label -> training curve (``ranker_info["training_curve"]``, see ``rbench.budget``) of
+    each record of ``task`` by one of ``rankers`` that has one. One curve per configuration: a
+    model trained once and evaluated on several pools (variants) would repeat the same curve, so
+    the original-pool record is preferred, then the newest."""
+    from rbench.budget import training_curve
+
+    best: dict[str, tuple[tuple[bool, str], list[dict]]] = {}
+    for _, rec in load_records(results_dir):
+        if rec.task != task or rec.ranker.get("name") not in rankers:
+            continue
+        curve = training_curve(rec)
+        if not curve:
+            continue
+        rank = ((rec.variant or "original") == "original", rec.created)
+        if rec.label not in best or rank > best[rec.label][0]:
+            best[rec.label] = (rank, curve)
+    return {label: best[label][1] for label in sorted(best)}
+
+
+def plot_training(results_dir: Path, task: str, rankers: list[str], output: Path) -> Path:
+    """Two panels over epochs: each ranker's own training loss and its validation MRR."""
+    curves = training_curves(results_dir, task, rankers)
+    if not curves:
+        raise RBenchError(f"no RunRecord of task {task!r} by {', '.join(rankers)} in {results_dir} has a training "
+                          "curve (only trained rankers record one; older RunRecords have none: re-run them)")
+    plt = _pyplot()
+    fig, (ax_loss, ax_mrr) = plt.subplots(1, 2, figsize=(10, 4), dpi=150)
+    any_loss = any_mrr = False
+    palette = plt.rcParams["axes.prop_cycle"].by_key().get("color") or ["C0"]
+    for i, (label, pts) in enumerate(curves.items()):
+        loss = [(p["epoch"], p["train_loss"]) for p in pts if p["train_loss"] is not None]
+        mrr = [(p["epoch"], 100 * p["valid_MRR"]) for p in pts if p["valid_MRR"] is not None]
+        color = palette[i % len(palette)]
+        if loss:
+            any_loss = True
+            ax_loss.plot(*zip(*loss), marker="." if len(loss) < 60 else None, label=label, color=color)
+        if mrr:
+            any_mrr = True
+            ax_mrr.plot(*zip(*mrr), marker="o" if len(mrr) < 60 else None, ms=3, label=label, color=color)
+    for ax, ok, ylabel, title in ((ax_loss, any_loss, "train loss (each ranker's own objective)", "training loss"),
+                                  (ax_mrr, any_mrr, "validation MRR (%)", "validation MRR")):
+        ax.set_xlabel("epoch")
+        ax.set_ylabel(ylabel)
+        ax.set_title(f"{task}: {title}")
+        ax.grid(True, alpha=0.3)
+        if ok:
+            ax.legend(fontsize="small")
+        else:
+            ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.tight_layout()
     output.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(output)

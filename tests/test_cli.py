@@ -179,3 +179,28 @@ def test_malformed_data_file_names_file_and_line(capsys, tmp_path, monkeypatch):
     assert code == 2
     assert "qrels.txt" in err and "line 2" in err
     assert not (tmp_path / "res").exists() or not list((tmp_path / "res").rglob("*.json"))
+
+
+def test_table_shows_training_budgets_in_every_format(capsys, tmp_path):
+    from rbench.results import RunRecord, record_path, write_run
+
+    res = tmp_path / "results"
+    budget = {"examples_seen": 30000, "epochs": 1.0, "optimizer_steps": 3750, "train_wall_s": 61.0,
+              "negatives_per_example": "all 1682 items (full softmax)", "trainable_params": 1200,
+              "selection": "best valid MRR of 6 evaluations"}
+    for name, info in (("pop", {}), ("sasrec", {"training_budget": budget})):
+        rec = RunRecord(task="ml-100k", variant="original", scenario="large", task_fingerprint="f",
+                        ranker={"name": name, "version": "1", "config": {}}, seed=0, n_queries=10,
+                        metrics={"nDCG@10": 0.1, "RR": 0.1, "R@10": 0.0, "R@100": 0.0}, timings={},
+                        peak_rss_bytes=0, created="2026-01-01T00:00:00+00:00", ranker_info=info)
+        write_run(rec, record_path(res, "large", "ml-100k", name, ""), None)
+    md = tmp_path / "large.md"
+    code, out, _ = run(capsys, "table", "--scenario", "large", "--results-dir", str(res), "-o", str(md))
+    assert code == 0 and "Training budgets" in out and "1m 01s" in out and "3,750" in out
+    assert "| sasrec | ml-100k | 30,000 | 1 | 3,750 | 1m 01s | all 1682 items (full softmax) | 1,200 |" in md.read_text()
+    csv_file = tmp_path / "large.csv"
+    code, _, _ = run(capsys, "table", "--scenario", "large", "--results-dir", str(res), "-f", "csv", "-o", str(csv_file))
+    lines = csv_file.read_text().splitlines()
+    assert code == 0 and lines[0].endswith("examples_seen,epochs,optimizer_steps,train_wall_s,negatives_per_example,"
+                                           "trainable_params,selection")
+    assert any(line.startswith("sasrec,ml-100k,10,") and ",30000,1.0,3750,61.0," in line for line in lines)

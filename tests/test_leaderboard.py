@@ -8,13 +8,13 @@ from rbench.leaderboard import build, to_csv, to_json, to_markdown
 from rbench.results import RunRecord, per_query_bytes, record_path, write_run
 
 
-def _write(res, ranker, task, rr_values, scenario="large", variant="original"):
+def _write(res, ranker, task, rr_values, scenario="large", variant="original", ranker_info=None):
     rr = np.asarray(rr_values, dtype=float)
     values = {"nDCG@10": rr * 0.9, "RR": rr, "R@10": (rr > 0.1).astype(float), "R@100": np.ones_like(rr)}
     rec = RunRecord(task=task, variant=variant, scenario=scenario, task_fingerprint="f", ranker={"name": ranker,
                     "version": "1", "config": {}}, seed=0, n_queries=len(rr),
                     metrics={k: float(v.mean()) for k, v in values.items()}, timings={}, peak_rss_bytes=0,
-                    created="2026-11-22T00:00:00+00:00")
+                    created="2026-11-22T00:00:00+00:00", ranker_info=ranker_info or {})
     key = task if variant == "original" else f"{task}~{variant}"
     write_run(rec, record_path(res, scenario, key, ranker, ""), per_query_bytes(
         np.array([f"q{i}" for i in range(len(rr))]), values, np.ones(len(rr), dtype=int)))
@@ -100,3 +100,58 @@ def test_lranker_rows_are_named_by_preset_and_ablation():
     assert LRankerRanker.label_for({**cpu, "tts": False}) == "lranker (preset=cpu, tts=false)"
     assert "epochs=" not in LRankerRanker.label_for(cpu) and "epochs" in CPU_PRESET
     assert LRankerRanker.label_for({**cpu, "epochs": 99}) == "lranker (preset=cpu, epochs=99)"
+
+
+SASREC_BUDGET = {"examples_seen": 4713300, "epochs": 50.0, "optimizer_steps": 2350, "train_wall_s": 192.4,
+                 "negatives_per_example": "all 1682 items (full softmax)", "trainable_params": 124_480,
+                 "selection": "best valid MRR@10 (RecBole full sort) of 50 evaluations, epoch 40"}
+LRANKER_BUDGET = {"examples_seen": 30000, "epochs": 1.0, "optimizer_steps": 3750, "train_wall_s": 3725.0,
+                  "negatives_per_example": 15, "trainable_params": 596_049_920,
+                  "selection": "best valid MRR of 6 evaluations"}
+
+
+def test_training_budgets_are_shown_for_trained_rows_only(tmp_path):
+    import csv
+    import io
+    import json
+
+    from rich.console import Console
+
+    from rbench.leaderboard import rich_budget_table
+
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])  # untrained: no budget
+    _write(tmp_path, "sasrec", "ml-100k", [0.6, 0.3], ranker_info={"training_budget": SASREC_BUDGET,
+                                                                   "training_curve": []})
+    _write(tmp_path, "lranker", "ml-100k", [0.7, 0.4], ranker_info={"training_budget": LRANKER_BUDGET})
+    _write(tmp_path, "gru4rec", "ml-100k", [0.1, 0.1], ranker_info={"training_budget": "garbled"})  # ignored
+    lb = build(tmp_path, "large")
+    md = to_markdown(lb)
+    main_table, foot = md.split("**Training budgets**", 1)
+    assert "| sasrec |" in main_table and "examples seen" not in main_table  # the table itself is unchanged
+    assert ("| Ranker | Task | examples seen | epochs | optimizer steps | train wall time | negatives/example "
+            "| trainable params | model selection |") in foot
+    assert ("| sasrec | ml-100k | 4,713,300 | 50 | 2,350 | 3m 12s | all 1682 items (full softmax) | 124.5k "
+            "| best valid MRR@10 (RecBole full sort) of 50 evaluations, epoch 40 |") in foot
+    assert "| lranker | ml-100k | 30,000 | 1 | 3,750 | 1h 02m | 15 sampled | 596.05M |" in foot
+    assert "| pop |" not in foot and "| gru4rec |" not in foot
+    assert foot.index("| sasrec |") < foot.index("| lranker |")  # table row order
+    rows = {r["ranker"]: r for r in csv.DictReader(io.StringIO(to_csv(lb)))}
+    assert rows["sasrec"]["examples_seen"] == "4713300" and rows["sasrec"]["optimizer_steps"] == "2350"
+    assert rows["lranker"]["negatives_per_example"] == "15" and rows["lranker"]["train_wall_s"] == "3725.0"
+    assert rows["pop"]["examples_seen"] == "" and rows["pop"]["MRR"] == "35.00"
+    data = {r["ranker"]: r for r in json.loads(to_json(lb))["rows"]}
+    assert data["lranker"]["training_budget"] == LRANKER_BUDGET and "training_budget" not in data["pop"]
+    console = Console(width=250, record=True)
+    console.print(rich_budget_table(lb))
+    text = console.export_text()
+    assert "Training budgets" in text and "3m 12s" in text and "596.05M" in text and "pop" not in text
+
+
+def test_records_without_budgets_show_no_footnote(tmp_path):
+    from rbench.leaderboard import rich_budget_table
+
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
+    _write(tmp_path, "sasrec", "ml-100k", [0.6, 0.3], ranker_info={"epochs_run": 3})  # an older record
+    lb = build(tmp_path, "large")
+    assert "Training budgets" not in to_markdown(lb) and rich_budget_table(lb) is None
+    assert to_csv(lb).splitlines()[0].endswith("selection")

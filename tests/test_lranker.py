@@ -49,7 +49,8 @@ def bert_dir(tmp_path_factory):
 
 def cfg_for(path, **kw) -> LRankerConfig:
     base = dict(model=str(path), n_clusters=K, assign_dims=0, epochs=2, n_negatives=15, max_length=64,
-                candidate_max_length=16, tts_widths=[2], tts_depths=[0, 1], encode_batch_size=16, lr=1e-3)
+                candidate_max_length=16, tts_widths=[2], tts_depths=[0, 1], encode_batch_size=16, lr=1e-3,
+                loader_workers=0)
     base.update(kw)
     return LRankerConfig(**base)
 
@@ -106,7 +107,7 @@ def _reference_hidden(model: LRankerModel, ids: list[int], soft_at: int | None, 
 @pytest.mark.parametrize("pooling", ["prompt", "query"])
 def test_query_pooling_matches_the_formula(qwen_dir, bert_dir, kind, pooling):
     path = qwen_dir if kind == "causal" else bert_dir
-    cfg = cfg_for(path, query_pooling=pooling, normalize=False)
+    cfg = cfg_for(path, query_pooling=pooling, similarity="dot")
     model = LRankerModel(cfg, load_backbone(cfg), slot_dim=8)
     model.eval()
     tok = model.tokens.tok
@@ -181,11 +182,12 @@ def _splice(template: list[int], marker: list[int], query: list[int]) -> list[in
 # ------------------------------------------------------------------------------------------
 
 
-def test_loss_decreases_on_a_toy_task(qwen_dir):
+@pytest.mark.parametrize("tower", ["shared", "frozen"])
+def test_loss_decreases_on_a_toy_task(qwen_dir, tower):
     from rankers.lranker.aggregation import Aggregator
     from rankers.lranker.train import PartitionSampler, train
 
-    cfg = cfg_for(qwen_dir, epochs=6, lr=3e-3)
+    cfg = cfg_for(qwen_dir, epochs=6, lr=3e-3, candidate_tower=tower, similarity="cosine", temperature=0.1)
     task = toy_task(n_train=60)
     model = LRankerModel(cfg, load_backbone(cfg))
     vec = model.candidate_embeddings(list(task.pool.texts))
@@ -193,11 +195,105 @@ def test_loss_decreases_on_a_toy_task(qwen_dir):
     agg = Aggregator("kmeans", K, 0)
     model.attach_projector(vec.shape[1])
     model.add_lora()
-    report = train(model, cfg, task.train, vec, PartitionSampler(agg, vec, 10, 0), seed=0)
+    report = train(model, cfg, task.train, vec, PartitionSampler(agg, vec, 10, 0), seed=0,
+                   pool_texts=list(task.pool.texts))
     losses = report.loss_per_epoch
-    assert report.epochs == 6 and report.steps == 6 * 3
+    assert report.epochs == 6 and report.steps == 6 * 3 and report.examples_seen == 6 * 60
     assert losses[-1] < 0.7 * losses[0], losses
-    assert losses[0] == pytest.approx(np.log(16), rel=0.25)  # starts near chance (1 pos + 15 neg)
+    # starts near chance: the step's union (20 in-batch positives + 15 sampled, fewer duplicates)
+    assert losses[0] == pytest.approx(np.log(report.candidates_per_step), rel=0.3)
+    budget = report.budget()
+    assert budget["optimizer_steps"] == 18 and budget["examples_seen"] == 360 and budget["trainable_params"] > 0
+
+
+def test_shared_tower_trains_the_candidate_side_and_frozen_does_not(qwen_dir):
+    """candidate_tower=shared: h_c moves with training (LoRA active on candidates); frozen: the
+    adapted model's candidate embeddings are never part of the loss."""
+    from rankers.lranker.aggregation import Aggregator
+    from rankers.lranker.train import PartitionSampler, train
+
+    task = toy_task(n_train=40)
+    texts = list(task.pool.texts)
+    moved = {}
+    for tower in ("shared", "frozen"):
+        cfg = cfg_for(qwen_dir, epochs=2, lr=3e-3, candidate_tower=tower, lora_targets="layers.0.mlp.down_proj")
+        model = LRankerModel(cfg, load_backbone(cfg))
+        vec = model.candidate_embeddings(texts)
+        model.attach_projector(vec.shape[1])
+        model.add_lora()
+        before = model.candidate_embeddings(texts, adapted=True)
+        train(model, cfg, task.train, vec, PartitionSampler(Aggregator("kmeans", K, 0), vec, 10, 0), seed=0,
+              pool_texts=texts)
+        after = model.candidate_embeddings(texts, adapted=True)
+        base = model.candidate_embeddings(texts, adapted=False)
+        np.testing.assert_allclose(base, vec, atol=1e-5)  # the base e(c) never moves (K-means input)
+        moved[tower] = float(np.abs(after - before).max())
+    # the only LoRA target is in layer 0's MLP, reached by both towers: with the shared tower
+    # the candidate loss path adds gradient; both move h_c(adapted), but only shared trains it
+    assert moved["shared"] > 0
+
+
+def test_training_steps_are_identical_with_and_without_loader_workers(qwen_dir):
+    from rankers.lranker.aggregation import Aggregator
+    from rankers.lranker.train import PartitionSampler, train
+
+    task = toy_task(n_train=40)
+    texts = list(task.pool.texts)
+    losses = {}
+    for workers in (0, 2):
+        cfg = cfg_for(qwen_dir, epochs=2, loader_workers=workers)
+        torch.manual_seed(0)
+        model = LRankerModel(cfg, load_backbone(cfg))
+        vec = model.candidate_embeddings(texts)
+        model.attach_projector(vec.shape[1])
+        model.add_lora()
+        report = train(model, cfg, task.train, vec, PartitionSampler(Aggregator("kmeans", K, 0), vec, 10, 0),
+                       seed=0, pool_texts=texts)
+        losses[workers] = report.loss_per_epoch
+        assert report.data_wait_s >= 0 and report.step_s > 0
+    np.testing.assert_allclose(losses[0], losses[2], rtol=1e-5)
+
+
+def test_training_negatives_never_include_the_querys_history_or_positives():
+    from rankers.lranker.train import StepBuilder
+
+    from rbench.api import Queries, Ragged
+
+    n_pool = 30
+    q = Queries(ids=np.array(["a", "b", "c"], dtype=object), texts=["x", "y", "z"],
+                positives=Ragged.from_rows([[1], [2], [3]]), grades=Ragged.from_rows([[1.0]] * 3, dtype=np.float64),
+                history=Ragged.from_rows([[2, 4, 5], [1, 6], [7]]))
+    cfg = LRankerConfig(n_negatives=25, global_info=False, candidate_tower="frozen")
+    b = StepBuilder(cfg, q, tokens=_NoTokens(), pool_texts=None, pool_size=n_pool, sampler=None, seed=0)
+    for epoch in range(5):
+        step = b.for_epoch(epoch, [np.array([0, 1, 2])])[0]
+        ids = step.cand_ids
+        for row, forbidden in enumerate(([2, 4, 5], [1, 6], [7])):
+            allowed = set(ids[step.allowed[row].numpy()].tolist())
+            assert not allowed & set(forbidden)
+            assert ids[int(step.target[row])] == [1, 2, 3][row]
+        assert {1, 2, 3} <= set(ids.tolist())  # in-batch positives are in the union
+
+
+class _NoTokens:
+    def queries(self, prompts, texts, with_placeholder):
+        return None
+
+    def candidates(self, texts):
+        return None
+
+
+def test_windows_per_user_keeps_each_users_newest_windows():
+    from rankers.lranker.train import training_rows
+
+    from rbench.api import Queries, Ragged
+
+    users = np.array(["u1"] * 5 + ["u2"] * 2 + ["u3"] * 4, dtype=object)
+    n = len(users)
+    q = Queries(ids=np.arange(n).astype(str), texts=[""] * n, positives=Ragged.from_rows([[0]] * n),
+                grades=Ragged.from_rows([[1.0]] * n, dtype=np.float64), user_ids=users)
+    assert training_rows(q, 2).tolist() == [3, 4, 5, 6, 9, 10]
+    assert training_rows(q, 0).tolist() == list(range(n))
 
 
 def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
@@ -273,7 +369,9 @@ def test_small_scenario_aggregates_each_querys_own_candidates(qwen_dir, tmp_path
     r._agg = recording
     test = task.test.take(np.arange(3))
     r.encode_queries(test)
-    index = {v.tobytes(): j for j, v in enumerate(vec)}
+    base = r._base_vectors(task.pool)  # K-means reads the base e(c), not the trained h_c
+    assert not np.allclose(base, vec)
+    index = {v.tobytes(): j for j, v in enumerate(base)}
     # E^(0): the query's 8 candidates; round 1: 2 kept subsets of 2 (ceil(4/2)) inside them
     assert [len(g) for g in given] == [8, 8, 8] + [2, 2] * 3
     for i in range(3):

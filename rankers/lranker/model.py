@@ -28,8 +28,13 @@ How the paper's text is turned into code, and the choices it leaves open:
 - Projector: Linear(K*slot_dim -> hidden)-BatchNorm1d-ReLU (Appendix), in fp32; its output is
   cast to the backbone's dtype. For ``aggregation=set-encoder`` a learnable cross-attention
   (K learned queries over the K sampled candidates) runs first.
-- Candidate embeddings use the backbone with LoRA switched off (the frozen candidate tower, see
-  ``train.py``), in eval mode, and are cached per pool by ``rbench.embeddings``.
+- Two kinds of candidate embedding (see ``train.py``): the *base* e(c) -- the backbone before any
+  adaptation (LoRA off; for ``finetune=full`` a fresh copy of the pretrained backbone) -- feeds
+  K-means, as the paper's offline encoder; h_c -- the trained f_theta -- is what queries are
+  scored against (``candidate_tower=shared``). With ``candidate_tower=frozen`` h_c is e(c).
+  Both are cached per pool by ``rbench.embeddings`` (h_c keyed by the checkpoint).
+- Similarity: ``finish`` L2-normalises h_q and h_c when ``similarity=cosine``; with ``dot`` they
+  are used raw (Eq. 10). ``learn_temperature`` makes log(1/temperature) a trained scalar.
 """
 
 from __future__ import annotations
@@ -37,6 +42,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -352,8 +358,11 @@ class LRankerModel(nn.Module):
         self.device = backbone.device
         self.projector: Projector | None = None
         self.lora_names: list[str] = []
+        self.full_finetune = False
         for p in self.backbone.parameters():
             p.requires_grad_(False)
+        init = math.log(1.0 / cfg.temperature)
+        self.log_scale = nn.Parameter(torch.tensor(init, device=self.device), requires_grad=cfg.learn_temperature)
         if slot_dim is not None:
             self.attach_projector(slot_dim)
 
@@ -372,6 +381,20 @@ class LRankerModel(nn.Module):
         conf = LoraConfig(r=self.cfg.lora_r, lora_alpha=self.cfg.lora_alpha, lora_dropout=self.cfg.lora_dropout,
                           target_modules=self.lora_names, bias="none")
         self.backbone = get_peft_model(self.backbone, conf)
+
+    def make_trainable(self) -> None:
+        """Let the backbone adapt: LoRA adapters (``finetune=lora``) or every weight (``full``)."""
+        if self.cfg.finetune == "full":
+            self.full_finetune = True
+            for p in self.backbone.parameters():
+                p.requires_grad_(True)
+        else:
+            self.add_lora()
+
+    @property
+    def scale(self) -> torch.Tensor:
+        """1/temperature (a trained scalar with ``learn_temperature``)."""
+        return self.log_scale.exp()
 
     @property
     def has_lora(self) -> bool:
@@ -416,16 +439,30 @@ class LRankerModel(nn.Module):
         """h_q for a batch (gradients flow when enabled); ``soft`` is (B, hidden) or None."""
         use = self.cfg.global_info
         batch = self.tokens.queries(prompts, texts, with_placeholder=use)
-        h = self.pool(self.hidden_states(batch, soft if use else None), batch.pool_mask)
-        return F.normalize(h, dim=-1) if self.cfg.normalize else h
+        return self.query_tokens_embeddings(batch, soft if use else None)
+
+    def query_tokens_embeddings(self, batch: TokenBatch, soft: torch.Tensor | None) -> torch.Tensor:
+        """h_q of an already tokenised batch (the training loader tokenises off the loop)."""
+        return self.finish(self.pool(self.hidden_states(batch, soft), batch.pool_mask))
+
+    def candidate_tokens_embeddings(self, batch: TokenBatch) -> torch.Tensor:
+        """h_c of a tokenised batch with the current (trained) f_theta; gradients flow when enabled."""
+        return self.finish(self.pool(self.hidden_states(batch, None), batch.pool_mask))
+
+    def finish(self, h: torch.Tensor) -> torch.Tensor:
+        """The similarity's view of an embedding: unit length for cosine, raw for dot."""
+        return F.normalize(h, dim=-1) if self.cfg.similarity == "cosine" else h
 
     @torch.no_grad()
-    def candidate_embeddings(self, texts: list[str]) -> np.ndarray:
-        """Raw h_c (not normalised) with the frozen backbone (LoRA off), eval mode."""
+    def candidate_embeddings(self, texts: list[str], adapted: bool = False) -> np.ndarray:
+        """Raw pooled candidate embeddings (not normalised), eval mode: the base e(c) with the
+        adaptation off (``adapted=False``; LoRA disabled) or h_c of the trained f_theta."""
+        if not adapted and self.full_finetune:
+            raise RuntimeError("base embeddings of a fully fine-tuned backbone need the pretrained copy")
         was = self.training
         self.eval()
         try:
-            with self.adapter_off():
+            with (contextlib.nullcontext() if adapted else self.adapter_off()):
                 batch = self.tokens.candidates(texts)
                 h = self.pool(self.hidden_states(batch, None), batch.pool_mask)
         finally:
@@ -445,6 +482,10 @@ class LRankerModel(nn.Module):
         if self.projector is not None:
             state = {k: v.detach().cpu().contiguous() for k, v in self.projector.state_dict().items()}
             save_file(state, str(directory / "projector.safetensors"))
+        if self.full_finetune:
+            state = {k: v.detach().cpu().contiguous() for k, v in self.backbone.state_dict().items()}
+            save_file(state, str(directory / "backbone.safetensors"))
+        save_file({"log_scale": self.log_scale.detach().cpu().reshape(1)}, str(directory / "head.safetensors"))
         (directory / "meta.json").write_text(json.dumps({**extra, "lora_targets": self.lora_names},
                                                         indent=1, default=str))
 
@@ -458,6 +499,23 @@ class LRankerModel(nn.Module):
             if not self.has_lora:
                 self.add_lora()
             set_peft_model_state_dict(self.backbone, load_file(str(directory / "adapter.safetensors")))
+        if (directory / "backbone.safetensors").exists():
+            self.full_finetune = True
+            self.backbone.load_state_dict(load_file(str(directory / "backbone.safetensors")))
+        if (directory / "head.safetensors").exists():
+            with torch.no_grad():
+                self.log_scale.copy_(load_file(str(directory / "head.safetensors"))["log_scale"][0])
         if self.projector is not None:
             self.projector.load_state_dict(load_file(str(directory / "projector.safetensors")))
         return meta
+
+    def trainable_state(self) -> dict[str, torch.Tensor]:
+        """A CPU copy of every trained tensor (best-checkpoint selection keeps one in memory)."""
+        return {k: v.detach().cpu().clone() for k, v in self.named_parameters() if v.requires_grad} | {
+            k: v.detach().cpu().clone() for k, v in self.named_buffers()}
+
+    def restore_trainable_state(self, state: dict[str, torch.Tensor]) -> None:
+        params = dict(self.named_parameters()) | dict(self.named_buffers())
+        with torch.no_grad():
+            for k, v in state.items():
+                params[k].copy_(v.to(params[k].device))

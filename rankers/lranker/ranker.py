@@ -34,7 +34,7 @@ from rbench.plugins import BaseRanker
 
 from .config import LRankerConfig
 
-CODE_VERSION = "1"  # bump when training changes what a checkpoint contains
+CODE_VERSION = "2"  # bump when training changes what a checkpoint contains
 
 
 class _ExcludedSets(Sequence):
@@ -93,6 +93,9 @@ class LRankerRanker(BaseRanker):
         self._pool: Pool | None = None
         self._vectors: np.ndarray | None = None
         self._pool_slots: dict[str, np.ndarray] = {}
+        self._base_cache: dict[str, np.ndarray] = {}
+        self._pretrained: Any = None  # the unadapted backbone, for e(c) after full fine-tuning
+        self._checkpoint_id = ""  # names the trained h_c in the embedding cache
         self.width, self.depth = 0, 0
         self.last_trace: list[dict] = []
 
@@ -120,27 +123,70 @@ class LRankerRanker(BaseRanker):
                                    c.hierarchical_max_items, c.kmeans_backend)
         return self._model
 
-    def _vectors_for(self, pool: Pool) -> np.ndarray:
-        """Frozen h_c of ``pool`` (cached on disk), L2-normalised when ``normalize``."""
+    def _base_vectors(self, pool: Pool) -> np.ndarray:
+        """e(c) of ``pool``: the backbone before adaptation (cached on disk; unit length with
+        ``similarity=cosine``). K-means always reads these (the paper's offline encoder)."""
+        from .model import load_backbone
+
+        model = self._ensure_model()
+
+        def encode(texts: list[str]) -> np.ndarray:
+            if model.full_finetune:  # the trained weights replaced the pretrained ones: use a copy
+                if self._pretrained is None:
+                    from .model import LRankerModel
+
+                    self._pretrained = LRankerModel(self.cfg, load_backbone(self.cfg))
+                return self._pretrained.candidate_embeddings(texts)
+            return model.candidate_embeddings(texts, adapted=False)
+
+        key = f"{pool.fingerprint or pool.name}:{len(pool)}"
+        if key not in self._base_cache:
+            self._base_cache[key] = self._cached_vectors(pool, {"tower": "base"}, encode)
+        return self._base_cache[key]
+
+    def _scoring_vectors(self, pool: Pool) -> np.ndarray:
+        """h_c that queries are scored against: the trained f_theta's (cached per checkpoint) with
+        ``candidate_tower=shared``, else the base e(c)."""
+        if self.cfg.candidate_tower == "frozen" or not self._checkpoint_id:
+            return self._base_vectors(pool)
+        model = self._ensure_model()
+        return self._cached_vectors(pool, {"tower": "trained", "checkpoint": self._checkpoint_id},
+                                    lambda texts: model.candidate_embeddings(texts, adapted=True))
+
+    def _cached_vectors(self, pool: Pool, which: dict[str, Any], encode_raw: Any) -> np.ndarray:
         from rbench.embeddings import pool_embeddings
 
         from .model import model_fingerprint
 
         model = self._ensure_model()
-        normalize = self.cfg.normalize
-        key = {"encoder": "lranker-hc", "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
+        cosine = self.cfg.similarity == "cosine"
+        key = {"encoder": "lranker-hc", **which, "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
                "max_length": self.cfg.candidate_max_length, "pooling": "mean(text tokens + eos)",
-               "dtype": str(model.info.dtype), "normalize": normalize, "version": 1}
+               "dtype": str(model.info.dtype), "normalize": cosine, "version": 2}
 
         def encode(texts: list[str]) -> np.ndarray:
-            vec = model.candidate_embeddings(texts)
-            if normalize:  # stored normalised: a million-item pool is then used without a copy
+            vec = encode_raw(texts)
+            if cosine:  # stored normalised: a million-item pool is then used without a copy
                 vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
             return vec
 
         vec = pool_embeddings(pool, key, encode, batch_size=self.cfg.encode_batch_size,
                               progress=bool(getattr(self.context, "show_progress", False)))
         return vec if vec.dtype == np.float32 else np.asarray(vec, dtype=np.float32)
+
+    def _current_vectors(self, pool: Pool) -> np.ndarray:
+        """h_c of the model as it is now (in memory; validation during training)."""
+        if self.cfg.candidate_tower == "frozen":
+            return self._base_vectors(pool)
+        model = self._ensure_model()
+        texts = pool.texts
+        bs = self.cfg.encode_batch_size
+        parts = [model.candidate_embeddings([str(t) for t in texts[a : a + bs]], adapted=True)
+                 for a in range(0, len(pool), bs)]
+        vec = np.concatenate(parts).astype(np.float32)
+        if self.cfg.similarity == "cosine":
+            vec /= np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
+        return vec
 
     # ------------------------------------------------------------------------------------
     def checkpoint_dir(self, task: TaskData) -> Path:
@@ -190,10 +236,11 @@ class LRankerRanker(BaseRanker):
 
         cfg = self.cfg
         if self._fitted:  # a second fit starts from the pretrained backbone again
-            self._model, self._fitted, self._pool_slots = None, False, {}
+            self._model, self._fitted, self._pool_slots, self._checkpoint_id = None, False, {}, ""
+            self._base_cache = {}
         model = self._ensure_model()
         t0 = time.perf_counter()
-        vectors = self._vectors_for(task.fit_pool)
+        base = self._base_vectors(task.fit_pool)
         encode_s = time.perf_counter() - t0
         ckpt = self.checkpoint_dir(task)
         loaded = (ckpt / "meta.json").exists()
@@ -202,23 +249,24 @@ class LRankerRanker(BaseRanker):
 
             st = load_file(str(ckpt / "aggregation.safetensors"))
             self._agg.pca = PCAState(st["mean"], st["components"])
-        self._agg.fit(vectors, cfg.pca_dim, self.seed)
+        self._agg.fit(base, cfg.pca_dim, self.seed)
         torch.manual_seed(self.seed)
-        model.attach_projector(self._agg.slot_dim(vectors.shape[1]))
+        model.attach_projector(self._agg.slot_dim(base.shape[1]))
         if loaded:
             meta = model.load(ckpt)
             report = TrainReport(**meta["train"])
             self._log(f"loaded checkpoint {ckpt}")
         else:
             if cfg.lora:
-                model.add_lora()
+                model.make_trainable()
             sampler = None
             if cfg.global_info:
-                sampler = PartitionSampler(self._agg, vectors, cfg.n_partitions, self.seed,
+                sampler = PartitionSampler(self._agg, base, cfg.n_partitions, self.seed,
                                            task.train.candidates, cfg.partition_sets)
             self._log(f"training on {len(task.train):,} queries ({cfg.epochs} epochs, "
-                      f"{cfg.max_train_queries or 'all'} per epoch)")
-            report = train(model, cfg, task.train, vectors, sampler, self.seed, progress=self._epoch_progress())
+                      f"max_steps={cfg.max_steps or 'none'}, windows_per_user={cfg.windows_per_user or 'all'})")
+            report = train(model, cfg, task.train, base, sampler, self.seed, pool_texts=task.fit_pool.texts,
+                           validate=self._validator(task), progress=self._epoch_progress(), log=self._log)
             from .train import world
 
             rank, size = world()
@@ -228,18 +276,44 @@ class LRankerRanker(BaseRanker):
                 import torch.distributed as dist
 
                 dist.barrier()
+        self._checkpoint_id = ckpt.name
         self._fitted = True
         model.eval()
         self.info = {
             "checkpoint": str(ckpt), "loaded_checkpoint": loaded, "train": report.__dict__,
+            "training_budget": report.budget(), "training_curve": report.curve,
             "candidate_encoding_s": round(encode_s, 3), "backbone": cfg.model, "backbone_kind": model.info.kind,
             "hidden": model.info.hidden, "lora_targets": len(model.lora_names),
-            "decisions": {"candidate_tower": "frozen (backbone without LoRA), cached per pool",
-                          "query_pooling": cfg.query_pooling, "normalize": cfg.normalize,
+            "temperature": round(float(1.0 / model.scale.detach().cpu()), 5),
+            "decisions": {"candidate_tower": cfg.candidate_tower, "finetune": cfg.finetune if cfg.lora else "none",
+                          "kmeans_input": "base embeddings e(c) (backbone before adaptation)",
+                          "query_pooling": cfg.query_pooling, "similarity": cfg.similarity,
                           "n_negatives": cfg.n_negatives, "e0_context": "whole pool",
                           "tts_keep": cfg.tts_keep or "1/k"},
         }
         self._select(task)
+
+    def _validator(self, task: TaskData) -> Any:
+        """Validation MRR of direct ranking (E^(0)) with the model as it is now: the pool's h_c
+        re-encoded in memory, ``valid_max_queries`` seeded validation queries."""
+        from rbench.engine import evaluate
+        from rbench.metrics import MEASURES, aggregate, per_query
+
+        valid = task.valid
+        if valid is None or len(valid) == 0:
+            return None
+        if self.cfg.valid_max_queries and len(valid) > self.cfg.valid_max_queries:
+            rows = np.random.default_rng(self.seed).choice(len(valid), self.cfg.valid_max_queries, replace=False)
+            valid = valid.take(np.sort(rows))
+        pool = task.fit_pool
+
+        def validate() -> float:
+            vec = self._current_vectors(pool)
+            E0 = self.direct(valid, pool, vec)
+            res = evaluate(self, valid, pool, scorer=fixed_scorer(E0, valid, vec))
+            return float(aggregate(per_query(res.ranks, valid.grades, MEASURES))["RR"])
+
+        return validate
 
     def _epoch_progress(self):
         if not getattr(self.context, "show_progress", False):
@@ -280,7 +354,7 @@ class LRankerRanker(BaseRanker):
 
     def encode_pool(self, pool: Pool) -> np.ndarray:
         self._require_fit()
-        self._pool, self._vectors = pool, self._vectors_for(pool)
+        self._pool, self._vectors = pool, self._scoring_vectors(pool)
         return self._vectors
 
     def encode_queries(self, queries: Queries) -> np.ndarray:
@@ -290,31 +364,68 @@ class LRankerRanker(BaseRanker):
         return self.encode(queries, self._pool, self._vectors, self.width, self.depth)
 
     def encode(self, queries: Queries, pool: Pool, vectors: np.ndarray, width: int, depth: int) -> np.ndarray:
-        """mean(E^(0..depth)) per query (E^(0) when width or depth is 0)."""
-        E0 = self.direct(queries, pool, vectors)
-        if not (self.cfg.tts and self.cfg.global_info and width > 0 and depth > 0):
-            return E0
-        out = self.tts(queries, vectors, E0, width, depth)
+        """mean(E^(0..depth)) per query (E^(0) when width or depth is 0). With test-time scaling
+        the queries go in chunks through E^(0) and all rounds, so a causal backbone's prompt
+        prefix is run once per query (``prefix.py``) with bounded memory; the result does not
+        depend on the chunking (every random choice is seeded per query)."""
+        from .prefix import sessions_for
+        from .scaling import chunk_rows, concat_outputs, tts_chunk
+
+        with sessions_for(self).session():
+            if not (self.cfg.tts and self.cfg.global_info and width > 0 and depth > 0) or len(queries) == 0:
+                return self.direct(queries, pool, vectors)
+            outs = []
+            for rows in chunk_rows(len(queries), tts_chunk(self.cfg)):
+                E0 = self.direct(queries, pool, vectors, rows=rows)
+                outs.append(self.tts(queries, vectors, E0, width, depth, pool=pool, rows=rows))
+            out = concat_outputs(outs)
+        self.last_trace = out.trace
         return out.means[-1]
 
-    def direct(self, queries: Queries, pool: Pool, vectors: np.ndarray) -> np.ndarray:
-        """E^(0): conditioned on the whole pool (or each query's own candidate list)."""
-        n = len(queries)
-        if not self.cfg.global_info:
-            return self._encode_rows(queries, np.arange(n), None)
-        if queries.candidates is None:
-            slots = self._shared_slots(pool, vectors)
-            return self._encode_rows(queries, np.arange(n), np.broadcast_to(slots, (n, *slots.shape)))
+    def direct(self, queries: Queries, pool: Pool, vectors: np.ndarray, rows: np.ndarray | None = None) -> np.ndarray:
+        """E^(0): conditioned on the whole pool (or each query's own candidate list); for
+        ``queries[rows]`` when ``rows`` is given (rows of the result follow ``rows``)."""
+        from .prefix import sessions_for
+
+        rows = np.arange(len(queries)) if rows is None else np.asarray(rows, dtype=np.int64)
+        n = len(rows)
+        with sessions_for(self).session():
+            if not self.cfg.global_info:
+                return self._encode_rows(queries, rows, None)
+            base = self._base_vectors(pool)  # K-means reads e(c), whatever h_c is scored
+            if queries.candidates is None:
+                slots = self._shared_slots(pool, base)
+                return self._encode_rows(queries, rows, np.broadcast_to(slots, (n, *slots.shape)))
+            seeds = self._query_seeds(queries)
+            slots = np.stack([self._agg(base[queries.candidates[i]], seeds[i]) for i in rows])
+            return self._encode_rows(queries, rows, slots)
+
+    def tts(self, queries: Queries, vectors: np.ndarray, E0: np.ndarray, width: int, depth: int,
+            pool: Pool | None = None, rows: np.ndarray | None = None):
+        """Graph-based test-time scaling from E^(0) (rows aligned with ``rows``, default all
+        queries, run in chunks). ``vectors`` score the eliminations; the kept subsets' K-means
+        reads the base e(c) of ``pool`` (as E^(0) does; default: the pool of ``encode_pool`` when
+        ``vectors`` are its vectors), else ``vectors``."""
+        from .prefix import sessions_for
+        from .scaling import RowView, chunk_rows, concat_outputs, graph_tts, min_part_size, tts_chunk
+
+        if pool is None and self._pool is not None and len(self._pool) == len(vectors):
+            pool = self._pool
+        agg_vectors = self._base_vectors(pool) if pool is not None else vectors
+        sets = _ExcludedSets(queries, len(vectors))
         seeds = self._query_seeds(queries)
-        slots = np.stack([self._agg(vectors[queries.candidates[i]], seeds[i]) for i in range(n)])
-        return self._encode_rows(queries, np.arange(n), slots)
-
-    def tts(self, queries: Queries, vectors: np.ndarray, E0: np.ndarray, width: int, depth: int):
-        from .scaling import graph_tts
-
-        out = graph_tts(E0, _ExcludedSets(queries, len(vectors)), vectors, width, depth,
-                        lambda rows, slots: self._encode_rows(queries, rows, slots), self._agg,
-                        self._query_seeds(queries), self.cfg.tts_keep)
+        min_keep = min_part_size(self.cfg.tts_min_part_factor, self.cfg.n_clusters)
+        with sessions_for(self).session():
+            if rows is None:
+                all_rows = np.arange(len(queries))
+                chunks = chunk_rows(len(queries), tts_chunk(self.cfg)) or [all_rows]
+                outs = [self.tts(queries, vectors, E0[c], width, depth, pool=pool, rows=c) for c in chunks]
+                out = concat_outputs(outs)
+            else:
+                rows = np.asarray(rows, dtype=np.int64)
+                out = graph_tts(E0, RowView(sets, rows), vectors, width, depth,
+                                lambda r, slots: self._encode_rows(queries, rows[r], slots), self._agg,
+                                [seeds[int(i)] for i in rows], self.cfg.tts_keep, min_keep, agg_vectors)
         self.last_trace = out.trace
         return out
 
@@ -332,18 +443,39 @@ class LRankerRanker(BaseRanker):
         return self._pool_slots[key]
 
     def _encode_rows(self, queries: Queries, rows: np.ndarray, slots: np.ndarray | None) -> np.ndarray:
-        """h_q for ``queries[rows]`` with the given (P, K, D) slots, in length-sorted batches."""
+        """h_q for ``queries[rows]`` with the given (P, K, D) slots, in length-sorted batches.
+        Causal backbones (``tts_prefix_cache``): each query's prompt prefix is run once and kept
+        for the enclosing call; only the suffix after the placeholder runs per row."""
         import torch
+
+        from .prefix import sessions_for, supports_prefix_cache
+        from .scaling import tts_chunk
 
         model = self._model
         prompts = queries.prompts if queries.prompts is not None else queries.texts
+        rows = np.asarray(rows, dtype=np.int64)
         p = [prompts[int(r)] for r in rows]
         t = [queries.texts[int(r)] for r in rows]
-        order = np.argsort([len(x) for x in p], kind="stable")
+        order = np.argsort([len(x) for x in p], kind="stable")  # stable: a query's parts stay together
         out = np.zeros((len(rows), 0), dtype=np.float32)
         bs = self.cfg.encode_batch_size
+        cached = (slots is not None and len(rows) > 0 and self.cfg.tts_prefix_cache
+                  and supports_prefix_cache(model))
         model.eval()
-        with torch.no_grad():
+        with torch.no_grad(), sessions_for(self).session() as sessions:
+            if cached:
+                cache = sessions.get(model, queries, prompts, queries.texts, tts_chunk(self.cfg))
+                try:
+                    for a in range(0, len(rows), 4 * bs):  # suffixes are short: 4x the batch
+                        sel = order[a : a + 4 * bs]
+                        soft = model.project(np.ascontiguousarray(slots[sel]))
+                        h = cache.encode(rows[sel], soft).float().cpu().numpy()
+                        if out.shape[1] == 0:
+                            out = np.zeros((len(rows), h.shape[1]), dtype=np.float32)
+                        out[sel] = h
+                    return out
+                except ValueError:  # nothing before the placeholder: the full pass below
+                    out = np.zeros((len(rows), 0), dtype=np.float32)
             for a in range(0, len(rows), bs):
                 sel = order[a : a + bs]
                 soft = model.project(np.ascontiguousarray(slots[sel])) if slots is not None else None
@@ -375,6 +507,7 @@ class LRankerRanker(BaseRanker):
             rows = np.sort(np.random.default_rng(self.seed).choice(len(valid), cfg.select_max_queries, replace=False))
             valid = valid.take(rows)
         key = {"widths": widths, "depths": depths, "keep": cfg.tts_keep, "metric": cfg.select_metric,
+               "alpha": cfg.select_alpha, "min_part": cfg.tts_min_part_factor, "rule": "cheapest-unless-significant",
                "seed": self.seed, "valid": _digest(valid.positives.values, valid.ids.astype(str)),
                "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size,
                "kmeans_backend": cfg.kmeans_backend}
@@ -391,22 +524,26 @@ class LRankerRanker(BaseRanker):
         self.info["tts"] = sel
 
     def select(self, task: TaskData, valid: Queries, widths: list[int], depths: list[int]) -> dict[str, Any]:
+        """Width/depth on ``valid`` by per-query ``select_metric``: the cheapest setting unless a
+        costlier one is significantly better (``scaling.select_width_depth``)."""
         from rbench.engine import evaluate
-        from rbench.metrics import MEASURES, aggregate, per_query
+        from rbench.metrics import MEASURES, per_query
 
+        from .prefix import sessions_for
         from .scaling import select_width_depth
 
         pool = task.fit_pool
-        vectors = self._vectors_for(pool)
+        vectors = self._scoring_vectors(pool)
         t0 = time.perf_counter()
-        E0 = self.direct(valid, pool, vectors)
 
-        def metrics(Q: np.ndarray) -> dict[str, float]:
+        def metrics(Q: np.ndarray) -> dict[str, np.ndarray]:
             res = evaluate(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors))
-            return aggregate(per_query(res.ranks, valid.grades, MEASURES))
+            return per_query(res.ranks, valid.grades, MEASURES)
 
         self._log(f"choosing width/depth on {len(valid)} validation queries: widths {widths}, depths {depths}")
-        sel = select_width_depth(E0, widths, depths, lambda k, d: self.tts(valid, vectors, E0, k, d).means,
-                                 metrics, self.cfg.select_metric)
-        return {"width": sel.width, "depth": sel.depth, "selected_on": "valid", "metric": sel.metric,
-                "n_queries": sel.n_queries, "table": sel.table, "seconds": round(time.perf_counter() - t0, 2)}
+        with sessions_for(self).session():
+            E0 = self.direct(valid, pool, vectors)
+            sel = select_width_depth(E0, widths, depths,
+                                     lambda k, d: self.tts(valid, vectors, E0, k, d, pool=pool).means,
+                                     metrics, self.cfg.select_metric, alpha=self.cfg.select_alpha, seed=self.seed)
+        return {**sel.as_dict(), "selected_on": "valid", "seconds": round(time.perf_counter() - t0, 2)}
