@@ -1,4 +1,5 @@
-"""Shared fixtures: every test gets its own RBENCH_HOME so nothing touches the user's cache."""
+"""Shared fixtures: every test gets its own RBENCH_HOME so nothing touches the user's cache.
+Tests marked ``cuda`` are skipped when torch is missing or sees no CUDA device."""
 
 from __future__ import annotations
 
@@ -21,3 +22,20 @@ def shared_data() -> Path:
     if not SHARED_DATA.exists():
         pytest.skip("../shared/data is not present")
     return SHARED_DATA
+
+
+def _cuda_available() -> bool:
+    try:
+        import torch
+    except ImportError:
+        return False
+    return bool(torch.cuda.is_available())
+
+
+def pytest_collection_modifyitems(config, items):
+    cuda_items = [item for item in items if item.get_closest_marker("cuda")]
+    if not cuda_items or _cuda_available():  # torch is imported only when a cuda test was collected
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
+    for item in cuda_items:
+        item.add_marker(skip)

@@ -496,3 +496,25 @@ def test_listing_the_plugin_does_not_import_torch():
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
     assert PLACEHOLDER in PROMPTS["recommendation"]
+
+
+def test_paper_gpu_budget_options_combine():
+    """README's paper-time recipe: one (the newest) window per user, the paper's 15 epochs of
+    batch 20 -> Rec-Movie's 6,040 users give 15 * 302 = 4,530 steps (the paper: 52 min on one
+    A6000); every option is honoured by the schedule and by the row selection."""
+    from rankers.lranker.train import schedule, training_rows
+
+    from rbench.api import Queries, Ragged
+
+    cfg = LRankerConfig(windows_per_user=1)
+    assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.candidate_tower, cfg.similarity) == (15, 20, 1e-4, "shared", "dot")
+    assert schedule(cfg, 6040) == (6040, 302, 4530)
+    assert schedule(LRankerConfig(windows_per_user=1, max_steps=1000), 6040)[2] == 1000
+    assert schedule(LRankerConfig(max_train_queries=2000), 6040) == (2000, 100, 1500)
+    assert schedule(LRankerConfig(), 6040, rank=1, size=4) == (6040, 76, 1140)  # per-rank strides
+    users = np.repeat(np.array([f"u{i}" for i in range(50)], dtype=object), 7)
+    n = len(users)
+    q = Queries(ids=np.arange(n).astype(str), texts=[""] * n, positives=Ragged.from_rows([[0]] * n),
+                grades=Ragged.from_rows([[1.0]] * n, dtype=np.float64), user_ids=users)
+    rows = training_rows(q, cfg.windows_per_user)
+    assert len(rows) == 50 and (rows % 7 == 6).all()  # each user's newest window only

@@ -53,7 +53,7 @@ TRAINING_KEYS: tuple[str, ...] = (
     "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
     "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
     "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
-    "gradient_checkpointing", "kmeans_batch_size", "kmeans_backend", "hierarchical_max_items",
+    "kmeans_batch_size", "kmeans_backend", "hierarchical_max_items",
 )
 
 # CPU preset (two cores, no GPU): a small real backbone, fully fine-tuned, and a budget that fits
@@ -94,7 +94,7 @@ class LRankerConfig:
     trust_remote_code: bool = False
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     device: str = "auto"  # auto: cuda if available
-    gradient_checkpointing: bool = True  # applied on GPU only (on CPU it only costs time)
+    gradient_checkpointing: Literal["auto", "on", "off"] = "auto"  # auto: on for CUDA only; on: any device
     max_length: int = 512  # query-prompt tokens incl. the placeholder and <eos>
     candidate_max_length: int = 256  # candidate tokens incl. <eos>
     query_truncation: Literal["left", "right"] = "left"  # which end of [USER QUERY] to cut
@@ -186,6 +186,9 @@ class LRankerConfig:
             raise RBenchError("lranker option tts_min_part_factor must be >= 0 (0: no floor)")
         if not 0.0 < self.select_alpha <= 1.0:
             raise RBenchError("lranker option select_alpha must be in (0, 1]")
+        if self.gradient_checkpointing not in ("auto", "on", "off"):
+            raise RBenchError("lranker option gradient_checkpointing must be auto, on or off "
+                              f"(got {self.gradient_checkpointing!r}; auto: on for CUDA only)")
         if self.prefetch < 1:
             raise RBenchError("lranker option prefetch must be >= 1")
         if self.temperature <= 0:

@@ -179,8 +179,13 @@ def load_backbone(cfg: LRankerConfig) -> Backbone:
         tokenizer.add_special_tokens({"additional_special_tokens": [PLACEHOLDER]})
     model.to(device)
     hidden = int(model.get_input_embeddings().weight.shape[1])
-    if device.type == "cuda" and cfg.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    checkpointing = cfg.gradient_checkpointing
+    if checkpointing == "on" or (checkpointing == "auto" and device.type == "cuda"):
+        kwargs = {"use_reentrant": False}
+        if hasattr(model, "activation_checkpointing_enable"):  # transformers >= 5.x (the old name warns)
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs=kwargs)
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return Backbone(model, tokenizer, kind, hidden, device, dtype, int(eos_id))
 
 

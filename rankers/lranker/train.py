@@ -215,6 +215,15 @@ def training_rows(queries: Queries, windows_per_user: int) -> np.ndarray:
     return np.flatnonzero(from_end <= windows_per_user)
 
 
+def schedule(cfg: LRankerConfig, n_windows: int, rank: int = 0, size: int = 1) -> tuple[int, int, int]:
+    """(queries per epoch, optimiser steps per epoch, total steps) for ``n_windows`` training
+    windows: what the learning-rate schedule spans and what the budget will be."""
+    per_epoch = min(cfg.max_train_queries, n_windows) if cfg.max_train_queries else n_windows
+    steps_per_epoch = len(epoch_batches(rank_rows(np.arange(per_epoch), rank, size), cfg.batch_size))
+    total = steps_per_epoch * cfg.epochs
+    return per_epoch, steps_per_epoch, min(total, cfg.max_steps) if cfg.max_steps else total
+
+
 @dataclass
 class StepInputs:
     """One optimiser step's inputs, prepared by a loader worker."""
@@ -393,11 +402,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
     rng = np.random.default_rng(derive_seed(seed, "train"))  # the epoch order: the same on every rank
     rank, size = world()
     n_q = len(rows_all)
-    per_epoch = min(cfg.max_train_queries, n_q) if cfg.max_train_queries else n_q
-    steps_per_epoch = len(epoch_batches(rank_rows(np.arange(per_epoch), rank, size), cfg.batch_size))
-    total = steps_per_epoch * cfg.epochs
-    if cfg.max_steps:
-        total = min(total, cfg.max_steps)
+    per_epoch, steps_per_epoch, total = schedule(cfg, n_q, rank, size)
     eval_every = cfg.eval_every or steps_per_epoch
     opt = torch.optim.AdamW(params, lr=cfg.lr, betas=(cfg.beta1, cfg.beta2), weight_decay=cfg.weight_decay)
     sched = torch.optim.lr_scheduler.LambdaLR(opt, lr_lambda(total, cfg.warmup_ratio))
