@@ -1,7 +1,7 @@
 """LRanker options: every setting of the paper as an option, with the paper's value as default.
 
 Paper settings (Sections 3.1-3.3, Appendix "Implementation details"): Qwen3-0.6B backbone, LoRA
-(r=32, alpha=64, dropout 0.1) on attention and feed-forward layers, K=20 K-means centroids
+(r=32, alpha=64, dropout 0.1) on attention and feed-forward layers, K K-means centroids
 (MiniBatchKMeans, assignments on the first 128 dimensions), a Linear-BatchNorm-ReLU projector,
 InfoNCE with temperature 0.15, AdamW (0.9, 0.999, wd 0.01), lr 1e-4 with 10% linear warm-up then
 cosine decay, batch 20, 15 epochs, gradient clipping 0.5, bf16 + gradient checkpointing, M=10
@@ -23,8 +23,9 @@ Choices the paper leaves open have their own option and are explained where they
 - ``max_length=512`` / ``candidate_max_length=256`` tokens; queries lose their oldest tokens first.
 - ``partition_sets=0``: the M random parts are drawn per training query, as the paper says.
 - ``tts_keep=0`` means each part keeps its top 1/k (so the pool shrinks N, N/k, N/k^2, ... -> 1).
-- ``n_clusters=20``: the paper's main experiments use K=20 and its appendix sweeps K over 10-50;
-  it does not single out one value as best for every task.
+- ``n_clusters=20``: the paper names no single K; its appendix sweeps K in {10, 20, 30, 40, 50}
+  and reports performance peaking at "moderate values (k = 10-50)". 20 is a point inside that
+  range, chosen here; ``--set n_clusters=K`` reproduces any point of the sweep.
 - Checkpoint selection: validation MRR (direct ranking, E^(0)) after every epoch (or every
   ``eval_every`` steps); the best evaluation's weights are kept (the paper does not say how it
   picks the final checkpoint; this is the standard practice of RecBole and of dense retrieval).

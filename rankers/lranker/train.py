@@ -476,7 +476,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
                 tick(len(inputs.rows))
             done = report.steps >= total
             if report.steps % eval_every == 0 or done or i == len(batches) - 1 and not cfg.eval_every:
-                if evaluate_now(epoch + (i + 1) / len(batches)):
+                if evaluate_now(epoch + (i + 1) / max(1, steps_per_epoch)):
                     stop = f"early stop: no better validation MRR in {cfg.patience} evaluations"
             if stop or done:
                 break
