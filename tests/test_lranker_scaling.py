@@ -17,7 +17,15 @@ from rankers.lranker.aggregation import (
     kmeans_slots,
     sample_slots,
 )
-from rankers.lranker.scaling import eliminate, graph_tts, select_width_depth
+from rankers.lranker.scaling import (
+    RowView,
+    chunk_rows,
+    concat_outputs,
+    eliminate,
+    graph_tts,
+    min_part_size,
+    select_width_depth,
+)
 
 
 def clustered(sizes: list[int], d: int = 16, assign: int = 4, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
@@ -123,6 +131,46 @@ def test_eliminate_keeps_top_of_each_part():
     assert sorted(int(k[0]) for k in kept_small) == [7, 9]
 
 
+def test_floor_keeps_at_least_factor_times_k_items_per_subset():
+    rng = np.random.default_rng(0)
+    scores = rng.normal(0, 1, 1000).astype(np.float32)
+    survivors = np.arange(1000)
+    min_keep = min_part_size(2, 20)
+    assert min_keep == 40 and min_part_size(0, 20) == 0 and min_part_size(1.5, 5) == 8
+    kept = eliminate(survivors, scores, width=4, keep=0.0, rng=np.random.default_rng(1), min_keep=min_keep)
+    assert [len(k) for k in kept] == [63, 63, 63, 63]  # ceil(250 / 4) >= 40: the floor is inactive
+    # 100 survivors, width 4: 4 parts of 25 would keep 7 each; only 100 // 40 = 2 parts, keep 40 each
+    kept = eliminate(survivors[:100], scores[:100], width=4, keep=0.0, rng=np.random.default_rng(1),
+                     min_keep=min_keep)
+    assert [len(k) for k in kept] == [40, 40]
+    for k in kept:  # the top 40 of its part
+        assert len(set(k.tolist())) == 40
+    # fewer survivors than the floor in total: all of them, one subset
+    kept = eliminate(survivors[:30], scores[:30], width=4, keep=0.0, rng=np.random.default_rng(1),
+                     min_keep=min_keep)
+    assert len(kept) == 1 and sorted(kept[0].tolist()) == list(range(30))
+    # never a subset of one item repeated K times
+    kept = eliminate(survivors[:3], scores[:3], width=5, keep=0.0, rng=np.random.default_rng(1), min_keep=min_keep)
+    assert [len(k) for k in kept] == [3]
+
+
+def test_graph_tts_with_floor_stops_shrinking_at_width_times_floor():
+    rng = np.random.default_rng(0)
+    N, dim, K = 500, 8, 5
+    vectors = rng.normal(0, 1, (N, 8)).astype(np.float32)
+    E0 = rng.normal(0, 1, (2, dim)).astype(np.float32)
+    rec = Recorder(vectors, dim)
+    out = graph_tts(E0, [np.arange(N), np.arange(37)], vectors, 3, 4, rec.encode, rec.aggregate, seeds=[1, 2],
+                    min_keep=min_part_size(2, K))
+    # 500 -> 3 x 167 keep 56 -> 168 -> 3 x 56 keep 19 -> 3 x 19 keep 10 -> 30 (stable)
+    assert [r["survivors"][0] for r in out.trace] == [168, 57, 30, 30]
+    # 37 candidates: 37 // 10 = 3 parts of 12-13 keep 10 each -> 30 -> 3 x 10, all kept
+    assert [r["survivors"][1] for r in out.trace] == [30, 30, 30, 30]
+    assert min(len(s) for s in rec.seen) >= 2 * K
+    # E^(t+1) averages over the parts actually used
+    assert all(len(r["kept_sizes"][1]) == 3 for r in out.trace)
+
+
 class Recorder:
     """Fake aggregation (mean of the subset, repeated) and encoder (a fixed linear map of the
     slots); records every subset it is given."""
@@ -181,6 +229,29 @@ def test_graph_tts_rounds_shrink_reaggregate_and_average():
     np.testing.assert_allclose(scores, out.means[d] @ vectors.T, rtol=1e-4, atol=1e-4)
 
 
+def test_graph_tts_in_query_chunks_equals_one_batch():
+    rng = np.random.default_rng(4)
+    vectors = rng.normal(0, 1, (60, 6)).astype(np.float32)
+    E0 = rng.normal(0, 1, (5, 6)).astype(np.float32)
+    W = rng.normal(0, 1, (6, 6)).astype(np.float32)
+    sets = [np.arange(60 - 3 * i) for i in range(5)]
+    seeds = [7, 8, 9, 10, 11]
+
+    def agg(sub, seed):
+        return np.repeat(sub.mean(0, keepdims=True), 2, axis=0)
+
+    def enc(rows, slots):  # independent of the row's position in the batch
+        return slots[:, 0] @ W
+
+    whole = graph_tts(E0, sets, vectors, 3, 2, enc, agg, seeds, min_keep=4)
+    parts = [graph_tts(E0[c], RowView(sets, c), vectors, 3, 2, enc, agg, [seeds[i] for i in c], min_keep=4)
+             for c in chunk_rows(5, 2)]
+    assert [len(c) for c in chunk_rows(5, 2)] == [2, 2, 1]
+    joined = concat_outputs(parts)
+    np.testing.assert_allclose(joined.means, whole.means, rtol=1e-6, atol=1e-6)
+    assert joined.trace == whole.trace
+
+
 def test_graph_tts_depth_zero_is_direct_and_seeded():
     rng = np.random.default_rng(1)
     vectors = rng.normal(0, 1, (30, 4)).astype(np.float32)
@@ -196,24 +267,97 @@ def test_graph_tts_depth_zero_is_direct_and_seeded():
     assert a.trace[1]["kept_sizes"][1] == b.trace[1]["kept_sizes"][0]
 
 
-def test_selection_prefers_best_then_cheapest():
-    E0 = np.zeros((2, 3), dtype=np.float32)
-    calls = []
+def grid_run(calls: list):
+    """Fake ``run``: the query matrix of (k, d) is filled with 10k + d (so evaluate can tell)."""
 
     def run(k: int, d_max: int) -> np.ndarray:
         calls.append((k, d_max))
         return np.stack([np.full((2, 3), 10 * k + d, dtype=np.float32) for d in range(d_max + 1)])
 
-    def evaluate(Q: np.ndarray) -> dict[str, float]:
-        v = float(Q[0, 0])
-        score = {0: 0.1, 21: 0.7, 22: 0.7, 41: 0.65, 42: 0.6}.get(int(v), 0.0)
-        return {"RR": score, "nDCG@10": score}
+    return run
 
-    sel = select_width_depth(E0, [2, 4], [0, 1, 2], run, evaluate, "RR")
+
+def per_query_eval(values: dict[int, np.ndarray]):
+    """Fake ``evaluate``: per-query RR of the setting coded in Q[0, 0] (0 = direct)."""
+
+    def evaluate(Q: np.ndarray) -> dict[str, np.ndarray]:
+        v = values[int(Q[0, 0])]
+        return {"RR": v, "nDCG@10": v}
+
+    return evaluate
+
+
+def test_selection_grid_table_and_one_run_per_width():
+    rng = np.random.default_rng(0)
+    base = rng.uniform(0, 1, 200)
+    values = {0: base, 21: base + 0.2, 22: base + 0.2, 41: base + 0.15, 42: base + 0.1}
+    calls: list = []
+    sel = select_width_depth(np.zeros((2, 3), np.float32), [2, 4], [0, 1, 2], grid_run(calls),
+                             per_query_eval(values), "RR")
     assert calls == [(2, 2), (4, 2)]  # one run per width, to the largest depth
-    assert (sel.width, sel.depth) == (2, 1)  # ties (2, 2) at 0.7: the cheaper k*d wins
-    assert len(sel.table) == 5 and sel.table[0]["width"] == 0
-    assert math.isclose(max(r["RR"] for r in sel.table), 0.7)
+    assert [(r["width"], r["depth"]) for r in sel.table] == [(0, 0), (2, 1), (2, 2), (4, 1), (4, 2)]
+    assert [r["cost"] for r in sel.table] == [1, 3, 5, 5, 9]
+    for r in sel.table:  # means per setting, difference to direct
+        assert math.isclose(r["RR"], float(values[10 * r["width"] + r["depth"]].mean()))
+        if r["width"]:
+            assert math.isclose(r["delta"], r["RR"] - sel.table[0]["RR"], abs_tol=1e-12) and r["se"] < 1e-9
+    # (2, 1) is significantly better than direct; (2, 2) ties it and (4, x) are worse: the cheaper wins
+    assert (sel.width, sel.depth) == (2, 1) and sel.n_queries == 200
+    d = sel.as_dict()
+    assert math.isclose(d["margin"], 0.2) and d["p"] < 0.001 and d["n_queries"] == 200
+    assert d["vs_beaten"]["width"] == 0 and math.isclose(d["vs_beaten"]["margin"], 0.2)
+    import json
+
+    json.dumps(d)  # it goes into the run record
+
+
+def test_selection_noisy_tiny_gain_loses_to_direct():
+    rng = np.random.default_rng(1)
+    n = 300
+    base = (rng.uniform(0, 1, n) < 0.3).astype(float) / rng.integers(1, 20, n)  # RR-like values
+    noise = rng.normal(0, 0.05, n)
+    noisy = base + noise - noise.mean() + 0.002  # +0.2 points on average, per-query noise 5 points
+    values = {0: base, 21: noisy, 22: noisy + rng.normal(0, 0.05, n), 41: base - 0.001, 42: noisy}
+    assert noisy.mean() > base.mean()  # the best mean is NOT direct ...
+    sel = select_width_depth(np.zeros((2, 3), np.float32), [2, 4], [0, 1, 2], grid_run([]),
+                             per_query_eval(values), "RR")
+    assert (sel.width, sel.depth) == (0, 0)  # ... but the gain is noise: direct (cheapest) stays
+    assert sel.vs_beaten is None and sel.vs_direct == {"margin": 0.0, "se": 0.0, "p": 1.0}
+    row = next(r for r in sel.table if (r["width"], r["depth"]) == (2, 1))
+    assert row["p"] > 0.05 and row["se"] > 0.001
+    assert all(not s["switch"] for s in sel.steps)
+
+
+def test_selection_large_consistent_gain_wins_and_costlier_needs_significance():
+    rng = np.random.default_rng(2)
+    n = 300
+    base = rng.uniform(0, 0.5, n)
+    gain = base + 0.05 + rng.normal(0, 0.01, n)  # +5 points on every query
+    values = {0: base, 21: gain, 22: gain + rng.normal(0.0005, 0.02, n),  # tiny noisy extra: stays (2, 1)
+              41: gain + 0.03 + rng.normal(0, 0.01, n),  # clear extra gain at cost 5: wins
+              42: gain + 0.03 + rng.normal(0.0005, 0.02, n)}  # not significantly better than (4, 1)
+    sel = select_width_depth(np.zeros((2, 3), np.float32), [2, 4], [0, 1, 2], grid_run([]),
+                             per_query_eval(values), "RR", alpha=0.05)
+    assert (sel.width, sel.depth) == (4, 1)
+    assert sel.vs_beaten["width"] == 2 and sel.vs_beaten["depth"] == 1 and sel.vs_beaten["p"] < 0.05
+    assert sel.vs_direct["margin"] == pytest.approx(0.08, abs=0.005) and sel.vs_direct["p"] < 0.001
+    assert 0 < sel.vs_direct["se"] < 0.002
+    # the same grid with a strict alpha: only the huge first gain passes the bar... both do here,
+    # and a p-value bar of 0 (alpha tiny) keeps direct
+    strict = select_width_depth(np.zeros((2, 3), np.float32), [2, 4], [0, 1, 2], grid_run([]),
+                                per_query_eval(values), "RR", alpha=1e-6)
+    assert (strict.width, strict.depth) == (0, 0)
+
+
+def test_selection_without_direct_in_the_grid_starts_from_the_cheapest():
+    rng = np.random.default_rng(3)
+    base = rng.uniform(0, 1, 100)
+    values = {0: base, 21: base + 0.01 * rng.normal(0, 1, 100), 22: base + 0.3, 41: base, 42: base}
+    sel = select_width_depth(np.zeros((2, 3), np.float32), [2, 4], [1, 2], grid_run([]),
+                             per_query_eval(values), "RR")
+    assert [(r["width"], r["depth"]) for r in sel.table] == [(2, 1), (2, 2), (4, 1), (4, 2)]
+    assert (sel.width, sel.depth) == (2, 2)
+    assert sel.vs_direct["margin"] == pytest.approx(0.3)  # margins are still against direct
 
 
 @pytest.mark.parametrize("method", ["kmeans", "hierarchical", "pca", "set-encoder"])

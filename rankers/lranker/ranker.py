@@ -232,7 +232,7 @@ class LRankerRanker(BaseRanker):
         import torch
 
         from .aggregation import PCAState
-        from .train import PartitionSampler, TrainReport, train
+        from .train import PartitionSampler, TrainReport, schedule, train
 
         cfg = self.cfg
         if self._fitted:  # a second fit starts from the pretrained backbone again
@@ -255,6 +255,9 @@ class LRankerRanker(BaseRanker):
         if loaded:
             meta = model.load(ckpt)
             report = TrainReport(**meta["train"])
+            _, per_epoch_steps, _ = schedule(cfg, report.windows)
+            for point in report.curve:  # one epoch position formula for old and new checkpoints
+                point["epoch"] = round(point["step"] / max(1, per_epoch_steps), 4)
             self._log(f"loaded checkpoint {ckpt}")
         else:
             if cfg.lora:
@@ -448,7 +451,7 @@ class LRankerRanker(BaseRanker):
         for the enclosing call; only the suffix after the placeholder runs per row."""
         import torch
 
-        from .prefix import sessions_for, supports_prefix_cache
+        from .prefix import NoPrefix, sessions_for, supports_prefix_cache
         from .scaling import tts_chunk
 
         model = self._model
@@ -474,7 +477,7 @@ class LRankerRanker(BaseRanker):
                             out = np.zeros((len(rows), h.shape[1]), dtype=np.float32)
                         out[sel] = h
                     return out
-                except ValueError:  # nothing before the placeholder: the full pass below
+                except NoPrefix:  # nothing before the placeholder: the full pass below
                     out = np.zeros((len(rows), 0), dtype=np.float32)
             for a in range(0, len(rows), bs):
                 sel = order[a : a + bs]

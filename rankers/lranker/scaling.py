@@ -15,8 +15,15 @@ Choices the paper leaves open, made here:
 - Survivors per part: the top ceil(|part| * keep) with keep = 1/k by default (``tts_keep=0``),
   at least one. The pool then shrinks N -> N/k -> N/k^2 ..., towards the single-candidate end of
   the "N -> 1 scales" the paper's qualitative figure shows; ``tts_keep`` sets another fraction.
-- When fewer than k candidates survive, only the non-empty parts count and the average divides
-  by (number of parts + 1); a part of one item keeps that item.
+- Floor (``tts_min_part_factor``, ``min_keep`` here): a kept subset never has fewer than
+  ``min_keep = ceil(factor * n_clusters)`` items (default 2K = 40), so K-means never sees a part
+  of one item tiled K times and the projector stays in the regime it was trained in. A round
+  uses min(k, |S_t| // min_keep) parts (at least one), each keeps max(min_keep, its top fraction)
+  items; when fewer than ``min_keep`` survivors exist in total they are all kept as one subset.
+  The pool thus stops shrinking at about k * min_keep items. ``min_keep=0`` is the bare rule:
+  when fewer than k candidates survive, only the non-empty parts count and a part of one item
+  keeps that item.
+- The average divides by (number of parts used + 1).
 - Partitions are random, seeded by (run seed, query id, width, round), so a query's result does
   not depend on its batch; ties in the elimination go to the lower pool index.
 - The query's candidate set is the pool minus the items its ranking excludes (they can never be
@@ -24,8 +31,15 @@ Choices the paper leaves open, made here:
   pool's aggregation, computed once per pool (one clustering of a million-item pool, not one per
   query).
 - Selection (``select_width_depth``): every (k, d) of the grid on the validation split only, by
-  ``select_metric`` (MRR); depths share their prefix, so each width runs once to the largest
-  depth. Width 0 or depth 0 is direct ranking. Ties go to the cheaper setting (smaller k*d).
+  ``select_metric`` (MRR) per query; depths share their prefix, so each width runs once to the
+  largest depth. Width 0 or depth 0 is direct ranking. A mean difference of a few hundredths of
+  a point on a few hundred queries is noise, so the rule is "cheapest unless significantly
+  better": settings are visited in order of cost (1 + k*d query encodings per query: E^(0) and
+  k parts per round; direct costs 1), starting from the cheapest; a costlier setting replaces
+  the current choice only if its mean is higher and a two-sided paired randomization test on the
+  per-query differences gives p < ``alpha`` (``select_alpha``, 0.05). The selection reports
+  every setting's mean and its difference to direct (SE of the paired differences, p), and for
+  the winner its margin over direct and over the setting it displaced.
 """
 
 from __future__ import annotations
@@ -50,25 +64,36 @@ class TTSOutput:
 
 
 def eliminate(survivors: np.ndarray, scores: np.ndarray, width: int, keep: float,
-              rng: np.random.Generator) -> list[np.ndarray]:
-    """Random k-way split of ``survivors``; each part's top-ranked items (kept subsets)."""
+              rng: np.random.Generator, min_keep: int = 0) -> list[np.ndarray]:
+    """Random split of ``survivors`` into up to ``width`` parts; each part's top-ranked items
+    (kept subsets), never fewer than ``min_keep`` per subset unless fewer survivors exist."""
     frac = keep if keep > 0 else 1.0 / width
-    perm = rng.permutation(len(survivors))
+    n = len(survivors)
+    parts = width if min_keep <= 0 else max(1, min(width, n // min_keep))
+    perm = rng.permutation(n)
     kept = []
-    for part in np.array_split(perm, width):
+    for part in np.array_split(perm, parts):
         if len(part) == 0:
             continue
         items, s = survivors[part], scores[part]
-        n_keep = max(1, math.ceil(len(part) * frac - 1e-9))
+        n_keep = min(len(part), max(1, min_keep, math.ceil(len(part) * frac - 1e-9)))
         order = np.lexsort((items, -s))[:n_keep]
         kept.append(items[order])
     return kept
 
 
+def min_part_size(factor: float, n_clusters: int) -> int:
+    """The floor of a kept subset: ceil(factor * K) items (0: none)."""
+    return int(math.ceil(factor * n_clusters - 1e-9)) if factor > 0 else 0
+
+
 def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.ndarray, width: int,
               depth: int, encode_parts: EncodeParts, aggregate: Aggregate, seeds: Sequence[int],
-              keep: float = 0.0) -> TTSOutput:
-    """Run ``depth`` elimination-and-update rounds of width ``width`` for every query."""
+              keep: float = 0.0, min_keep: int = 0, agg_vectors: np.ndarray | None = None) -> TTSOutput:
+    """Run ``depth`` elimination-and-update rounds of width ``width`` for every query.
+    ``vectors`` score the eliminations; ``agg_vectors`` (default: the same) are what the kept
+    subsets' K-means reads."""
+    agg_vectors = vectors if agg_vectors is None else agg_vectors
     n, dim = E0.shape
     embs = np.zeros((depth + 1, n, dim), dtype=np.float32)
     embs[0] = E0
@@ -84,12 +109,15 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
                 S = np.asarray(candidate_sets[i], dtype=np.int64)
             rng = np.random.default_rng(derive_seed(seeds[i], "tts", width, t))
             scores = _scores(vectors, S, cur[i])
-            kept = eliminate(S, scores, width, keep, rng)
+            kept = eliminate(S, scores, width, keep, rng, min_keep)
             for m, sub in enumerate(kept):
                 rows.append(i)
-                slots.append(aggregate(np.asarray(vectors[sub]), derive_seed(seeds[i], "agg", width, t, m)))
+                slots.append(aggregate(np.asarray(agg_vectors[sub]), derive_seed(seeds[i], "agg", width, t, m)))
             kept_sizes.append([len(s) for s in kept])
             survivors[i] = np.concatenate(kept)
+        if not rows:  # no query
+            embs[t + 1] = cur
+            continue
         rows_arr = np.asarray(rows, dtype=np.int64)
         parts = np.asarray(encode_parts(rows_arr, np.stack(slots)), dtype=np.float32)
         total = cur.astype(np.float64).copy()
@@ -110,32 +138,126 @@ def _scores(vectors: np.ndarray, items: np.ndarray, e: np.ndarray, chunk: int = 
     return out
 
 
+class RowView(Sequence):
+    """``seq[rows[i]]`` for i in range(len(rows)), built on access (candidate sets are large)."""
+
+    def __init__(self, seq: Sequence, rows: np.ndarray) -> None:
+        self.seq, self.rows = seq, np.asarray(rows, dtype=np.int64)
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def __getitem__(self, i):  # type: ignore[override]
+        return self.seq[int(self.rows[int(i)])]
+
+
+def tts_chunk(cfg) -> int:
+    """Queries per chunk of test-time scaling (also the prefix cache's capacity, ``prefix.py``)."""
+    return max(1, 2 * int(cfg.encode_batch_size))
+
+
+def chunk_rows(n: int, size: int) -> list[np.ndarray]:
+    return [np.arange(a, min(n, a + size)) for a in range(0, n, max(1, size))]
+
+
+def concat_outputs(outputs: Sequence[TTSOutput]) -> TTSOutput:
+    """Join the outputs of consecutive query chunks (results do not depend on the chunking)."""
+    if len(outputs) == 1:
+        return outputs[0]
+    trace = []
+    for t, first in enumerate(outputs[0].trace):
+        trace.append({"round": first["round"],
+                      "survivors": [x for o in outputs for x in o.trace[t]["survivors"]],
+                      "kept_sizes": [x for o in outputs for x in o.trace[t]["kept_sizes"]]})
+    return TTSOutput(means=np.concatenate([o.means for o in outputs], axis=1),
+                     embeddings=np.concatenate([o.embeddings for o in outputs], axis=1), trace=trace)
+
+
+# ------------------------------------------------------------------------------------------
+# choosing (k, d) on the validation split
+# ------------------------------------------------------------------------------------------
+
+
+def cost(width: int, depth: int) -> int:
+    """Query encodings per query: E^(0) plus k parts per round (direct: 1)."""
+    return 1 + width * depth if width > 0 and depth > 0 else 1
+
+
+def paired(a: np.ndarray, b: np.ndarray, n_resamples: int = 10000, seed: int = 0) -> dict[str, float]:
+    """Mean of the per-query differences a - b, its standard error and the two-sided paired
+    randomization p-value."""
+    from rbench.significance import paired_randomization
+
+    d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
+    n = len(d)
+    se = float(d.std(ddof=1) / math.sqrt(n)) if n > 1 else 0.0
+    return {"margin": float(d.mean()) if n else 0.0, "se": se,
+            "p": float(paired_randomization(a, b, n_resamples=n_resamples, seed=seed))}
+
+
 @dataclass
 class Selection:
     width: int
     depth: int
-    table: list[dict]  # one row per (width, depth): metrics on the validation queries
+    table: list[dict]  # one row per (width, depth): mean metrics, cost, difference to direct
     metric: str
     n_queries: int
+    alpha: float = 0.05
+    vs_direct: dict = field(default_factory=dict)  # winner - direct: margin, se, p
+    vs_beaten: dict | None = None  # winner - the setting it displaced: width, depth, margin, se, p
+    steps: list[dict] = field(default_factory=list)  # the rule's comparisons, in cost order
+
+    def as_dict(self) -> dict:
+        return {"width": self.width, "depth": self.depth, "metric": self.metric, "n_queries": self.n_queries,
+                "rule": f"cheapest unless a costlier setting is better with paired p < {self.alpha}",
+                "alpha": self.alpha, "margin": self.vs_direct.get("margin", 0.0),
+                "se": self.vs_direct.get("se", 0.0), "p": self.vs_direct.get("p", 1.0),
+                "vs_direct": self.vs_direct, "vs_beaten": self.vs_beaten, "steps": self.steps,
+                "table": self.table}
 
 
 def select_width_depth(E0: np.ndarray, widths: Sequence[int], depths: Sequence[int],
-                       run: Callable[[int, int], np.ndarray], evaluate: Callable[[np.ndarray], dict[str, float]],
-                       metric: str) -> Selection:
+                       run: Callable[[int, int], np.ndarray],
+                       evaluate: Callable[[np.ndarray], dict[str, np.ndarray]], metric: str,
+                       alpha: float = 0.05, n_resamples: int = 10000, seed: int = 0) -> Selection:
     """Grid search on validation embeddings. ``run(k, d_max)`` -> (d_max+1, n, dim) running means;
-    ``evaluate(Q)`` -> metrics of query matrix ``Q`` on the validation queries."""
-    table: list[dict] = []
-    direct = evaluate(E0)
+    ``evaluate(Q)`` -> per-query metric values (name -> (n_queries,)) of query matrix ``Q``."""
+    per: dict[tuple[int, int], dict[str, np.ndarray]] = {}
+    direct = {k: np.asarray(v, dtype=np.float64) for k, v in evaluate(E0).items()}
+    grid: list[tuple[int, int]] = []
     if 0 in depths or 0 in widths:
-        table.append({"width": 0, "depth": 0, **direct})
+        grid.append((0, 0))
+        per[(0, 0)] = direct
     d_max = max(depths)
     for k in sorted({w for w in widths if w > 0}):
         if d_max == 0:
             break
         means = run(k, d_max)
         for d in sorted({d for d in depths if d > 0}):
-            table.append({"width": k, "depth": d, **evaluate(means[d])})
-    if not table:
-        table.append({"width": 0, "depth": 0, **direct})
-    best = max(table, key=lambda r: (round(r[metric], 12), -r["width"] * r["depth"]))
-    return Selection(int(best["width"]), int(best["depth"]), table, metric, len(E0))
+            grid.append((k, d))
+            per[(k, d)] = {m: np.asarray(v, dtype=np.float64) for m, v in evaluate(means[d]).items()}
+    if not grid:
+        grid.append((0, 0))
+        per[(0, 0)] = direct
+    n = len(direct[metric])
+    test = lambda a, b: paired(per[a][metric], per[b][metric] if b in per else direct[metric],  # noqa: E731
+                               n_resamples, seed)
+    table = []
+    for key in grid:
+        row = {"width": key[0], "depth": key[1], "cost": cost(*key),
+               **{m: float(np.mean(v)) if len(v) else 0.0 for m, v in per[key].items()}}
+        if key != (0, 0):
+            vs = paired(per[key][metric], direct[metric], n_resamples, seed)
+            row.update({"delta": vs["margin"], "se": vs["se"], "p": vs["p"]})
+        table.append(row)
+    # cheapest first; a costlier setting must beat the current choice significantly
+    order = sorted(grid, key=lambda kd: (cost(*kd), kd[1], kd[0]))
+    best, beaten, steps = order[0], None, []
+    for cand in order[1:]:
+        vs = test(cand, best)
+        win = vs["margin"] > 0 and vs["p"] < alpha
+        steps.append({"candidate": list(cand), "incumbent": list(best), **vs, "switch": bool(win)})
+        if win:
+            best, beaten = cand, {"width": best[0], "depth": best[1], **vs}
+    vs_direct = test(best, (0, 0)) if best != (0, 0) else {"margin": 0.0, "se": 0.0, "p": 1.0}
+    return Selection(int(best[0]), int(best[1]), table, metric, n, alpha, vs_direct, beaten, steps)
