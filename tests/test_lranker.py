@@ -320,7 +320,7 @@ def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
 
 def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir, tmp_path, monkeypatch):
     task = toy_task()
-    r = ranker_for(qwen_dir, tmp_path, tts_widths=[2, 3], tts_depths=[0, 1, 2])
+    r = ranker_for(qwen_dir, tmp_path, tts_widths=[2, 3], tts_depths=[0, 1, 2], tts_min_part_factor=0)
     seen: list[str] = []
     orig = LRankerRanker._encode_rows
 
@@ -356,7 +356,7 @@ def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir
 
 def test_small_scenario_aggregates_each_querys_own_candidates(qwen_dir, tmp_path):
     task = toy_task(candidates=8)
-    r = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=1)
+    r = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=1, tts_min_part_factor=0)
     r.fit(task)
     vec = r.encode_pool(task.pool)
     given: list[np.ndarray] = []

@@ -36,7 +36,8 @@ def _worker(rank: int, size: int, init: str, model_dir: str, out_dir: str) -> No
     vec /= np.linalg.norm(vec, axis=1, keepdims=True)
     model.attach_projector(vec.shape[1])
     model.add_lora()
-    report = train(model, cfg, task.train, vec, PartitionSampler(Aggregator("kmeans", 4, 0), vec, 10, 0), seed=0)
+    report = train(model, cfg, task.train, vec, PartitionSampler(Aggregator("kmeans", 4, 0), vec, 10, 0), seed=0,
+                   pool_texts=list(task.pool.texts))
     flat = torch.cat([q.detach().flatten() for q in model.trainable_parameters()]).numpy()
     np.save(f"{out_dir}/params{rank}.npy", flat)
     np.save(f"{out_dir}/steps{rank}.npy", np.array([report.steps, report.queries_per_epoch]))
