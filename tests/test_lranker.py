@@ -256,7 +256,6 @@ def test_training_steps_are_identical_with_and_without_loader_workers(qwen_dir):
 
 def test_training_negatives_never_include_the_querys_history_or_positives():
     from rankers.lranker.train import StepBuilder
-
     from rbench.api import Queries, Ragged
 
     n_pool = 30
@@ -285,7 +284,6 @@ class _NoTokens:
 
 def test_windows_per_user_keeps_each_users_newest_windows():
     from rankers.lranker.train import training_rows
-
     from rbench.api import Queries, Ragged
 
     users = np.array(["u1"] * 5 + ["u2"] * 2 + ["u3"] * 4, dtype=object)
@@ -503,7 +501,6 @@ def test_paper_gpu_budget_options_combine():
     batch 20 -> Rec-Movie's 6,040 users give 15 * 302 = 4,530 steps (the paper: 52 min on one
     A6000); every option is honoured by the schedule and by the row selection."""
     from rankers.lranker.train import schedule, training_rows
-
     from rbench.api import Queries, Ragged
 
     cfg = LRankerConfig(windows_per_user=1)
