@@ -95,6 +95,9 @@ def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> 
             )
         kwargs[key] = _coerce(value, hints[key], key) if isinstance(value, str) else value
     cfg = cls(**kwargs)
+    keep = getattr(cfg, "keep_explicit", None)  # presets must not override what the user set
+    if callable(keep):
+        keep(kwargs)
     validate = getattr(cfg, "validate", None)
     if callable(validate):
         validate()

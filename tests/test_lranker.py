@@ -515,3 +515,14 @@ def test_paper_gpu_budget_options_combine():
                 grades=Ragged.from_rows([[1.0]] * n, dtype=np.float64), user_ids=users)
     rows = training_rows(q, cfg.windows_per_user)
     assert len(rows) == 50 and (rows % 7 == 6).all()  # each user's newest window only
+
+
+def test_explicit_paper_values_win_over_the_cpu_preset():
+    from rbench.config import build_config
+
+    cfg = build_config(LRankerConfig, {"preset": "cpu", "similarity": "dot", "learn_temperature": "false",
+                                       "temperature": "0.15"}, "lranker")
+    assert (cfg.similarity, cfg.learn_temperature, cfg.temperature) == ("dot", False, 0.15)
+    assert cfg.model == "all-MiniLM-L6-v2" and cfg.finetune == "full"  # the rest of the preset stays
+    plain = build_config(LRankerConfig, {"preset": "cpu"}, "lranker")
+    assert (plain.similarity, plain.learn_temperature, plain.temperature) == ("cosine", True, 0.05)

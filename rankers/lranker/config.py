@@ -168,6 +168,12 @@ class LRankerConfig:
                 if getattr(self, key) == defaults[key]:
                     setattr(self, key, value)
 
+    def keep_explicit(self, given: dict[str, Any]) -> None:
+        """Options set explicitly win over the preset, even when they equal the paper default
+        (``__post_init__`` alone cannot tell ``--set similarity=dot`` from an unset option)."""
+        for key, value in given.items():
+            setattr(self, key, value)
+
     def validate(self) -> None:
         positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size",
                     "n_partitions", "lora_r", "kmeans_batch_size", "pca_dim", "set_heads")
