@@ -23,28 +23,14 @@ from rbench.config import build_config  # noqa: E402
 from rbench.engine import evaluate  # noqa: E402
 from rbench.errors import RBenchError  # noqa: E402
 from rbench.tasks.spec import PLACEHOLDER, PROMPTS  # noqa: E402
-from tests.lranker_testkit import build_tiny_bert, build_tiny_qwen, toy_task  # noqa: E402
+from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    """Tiny models: thread hand-offs cost more than the maths (4x slower with 2 busy cores)."""
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen3"))
-
-
-@pytest.fixture(scope="module")
-def bert_dir(tmp_path_factory):
-    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert"))
 
 
 def cfg_for(path, **kw) -> LRankerConfig:

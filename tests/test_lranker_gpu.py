@@ -16,22 +16,13 @@ from rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
 from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
 from rbench.errors import RBenchError  # noqa: E402
-from tests.lranker_testkit import build_tiny_qwen, toy_task  # noqa: E402
+from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
-
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen3-gpu"))
 
 
 def cfg_for(path, **kw) -> LRankerConfig:

@@ -5,8 +5,6 @@ causal backbones only and gives the same embeddings either way."""
 
 from __future__ import annotations
 
-import dataclasses
-
 import numpy as np
 import pytest
 
@@ -20,30 +18,15 @@ from rankers.lranker.prefix import NoPrefix, PrefixCache, supports_prefix_cache 
 from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
 from rbench.tasks.spec import PLACEHOLDER, PROMPTS  # noqa: E402
-from tests.lranker_testkit import build_tiny_bert, build_tiny_qwen, toy_task  # noqa: E402
+from tests.lranker_testkit import toy_task  # noqa: E402
 
 K, SLOT = 4, 8
-# un-normalised h_q (the option's name changed from normalize to similarity)
-RAW = ({"similarity": "dot"} if "similarity" in {f.name for f in dataclasses.fields(LRankerConfig)}
-       else {"normalize": False})
+RAW = {"similarity": "dot"}  # un-normalised h_q
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    before = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(before)
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 
-@pytest.fixture(scope="module")
-def qwen_dir(tmp_path_factory):
-    return build_tiny_qwen(tmp_path_factory.mktemp("tiny-qwen3-prefix"))
-
-
-@pytest.fixture(scope="module")
-def bert_dir(tmp_path_factory):
-    return build_tiny_bert(tmp_path_factory.mktemp("tiny-bert-prefix"))
 
 
 def cfg_for(path, **kw) -> LRankerConfig:

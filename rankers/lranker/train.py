@@ -131,12 +131,9 @@ class PartitionSampler:
         return f"a random {self.m}-partition per query (centroids on the fly)"
 
 
-def sample_negatives(rng: np.random.Generator, n: int, forbidden: np.ndarray, pool_size: int,
-                     candidates: np.ndarray | None = None) -> np.ndarray:
-    """``n`` distinct negatives from the pool (or ``candidates``) avoiding ``forbidden``."""
-    if candidates is not None:
-        allowed = candidates[~np.isin(candidates, forbidden)]
-        return rng.permutation(allowed)[:n]
+def sample_negatives(rng: np.random.Generator, n: int, forbidden: np.ndarray, pool_size: int) -> np.ndarray:
+    """``n`` distinct negatives from a shared pool avoiding ``forbidden`` (candidate lists draw
+    from their own entries in ``StepBuilder``)."""
     free = pool_size - len(np.unique(forbidden))
     n = min(n, max(free, 0))
     out = np.zeros(0, dtype=np.int64)
