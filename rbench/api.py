@@ -10,12 +10,110 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
 
-if TYPE_CHECKING:  # pragma: no cover
-    from rbench.tasks.spec import TaskSpec
+# --------------------------------------------------------------------------------------------
+# What a task is (declarative, like MTEB's TaskMetadata)
+# --------------------------------------------------------------------------------------------
+
+Scenario = Literal["small", "large", "ultra"]
+Domain = Literal["recommendation", "routing", "passage", "product", "generic"]
+SCENARIOS: tuple[str, ...] = ("small", "large", "ultra")
+VARIANT_KINDS: tuple[str, ...] = ("mixed", "shift", "scaled")  # variants that draw candidates from donors
+
+# The paper's four templates (Appendix "Prompt Usage"); [USER QUERY] becomes ``{query}``.
+_TEMPLATE = "Task: {task}\n\nQuery: {{query}}\n\n<|embedding|> {instruction}"
+PROMPTS: dict[str, str] = {
+    "recommendation": _TEMPLATE.format(
+        task="Recommendation",
+        instruction="Based on the global context information (candidate items) and the query above, "
+        "recommend the most relevant item.",
+    ),
+    "routing": _TEMPLATE.format(
+        task="Routing",
+        instruction="Based on the global context information (candidate LLMs/agents) and the query "
+        "above, select the most suitable route or model.",
+    ),
+    "passage": _TEMPLATE.format(
+        task="Passage Ranking",
+        instruction="Based on the global context information (candidate passages) and the query above, "
+        "identify the most relevant passage.",
+    ),
+    "product": _TEMPLATE.format(
+        task="Product Searching",
+        instruction="Based on the global context information (candidate products) and the query above, "
+        "return the product that best matches the search intent.",
+    ),
+}
+PROMPTS["generic"] = PROMPTS["passage"]
+PLACEHOLDER = "<|embedding|>"
+
+
+@dataclass(frozen=True)
+class RemoteFile:
+    """One downloadable file of a source. ``urls[0]`` is tried first, the rest are mirrors."""
+
+    filename: str
+    urls: tuple[str, ...]
+    sha256: str | None = None  # None: no published checksum (not checked; recorded after download)
+    size: int | None = None  # bytes, when known
+    extract: bool = False  # an archive to unpack into the raw folder
+    note: str = ""
+
+
+@dataclass(frozen=True)
+class Source:
+    """One public input of a task: where it comes from, its license, and (when the public can
+    fetch it directly) the files ``rbench data download`` gets, with their checksums."""
+
+    name: str
+    url: str
+    license: str
+    sha256: str | None = None
+    note: str = ""
+    files: tuple[RemoteFile, ...] = ()
+
+
+@dataclass(frozen=True)
+class TaskSpec:
+    """Every fact about one task that is not code: identity, paper sizes, sources, license, the
+    protocol notes, and its role in the paper and in the pool variants. A task family may extend
+    it with its own facts (input layouts, pool rule) so that one task stays one declaration."""
+
+    name: str
+    title: str
+    scenario: Scenario
+    domain: Domain
+    description: str
+    paper_candidates: int | None  # per-query list size for the small scenario
+    paper_queries: int | None
+    sources: tuple[Source, ...]
+    license: str
+    how_to_get: str
+    protocol: str = ""  # every choice the paper leaves open, written down
+    embedded: bool = False  # data ships inside an installed package (no download)
+    paper_row: int | None = None  # position in the paper's Table 2 (None: not a task of the paper)
+    donates: tuple[str, ...] = ()  # pool variants (VARIANT_KINDS) that draw candidates from this task
+    tags: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        unknown = [v for v in self.donates if v not in VARIANT_KINDS]
+        if unknown:
+            raise ValueError(f"task {self.name!r}: donates {unknown}, expected some of {VARIANT_KINDS}")
+
+    @property
+    def prompt(self) -> str:
+        return PROMPTS[self.domain]
+
+    @property
+    def downloads(self) -> tuple[RemoteFile, ...]:
+        """Every directly downloadable file of the task's sources."""
+        return tuple(f for s in self.sources for f in s.files)
+
+    def render_prompt(self, query: str) -> str:
+        return self.prompt.replace("{query}", query)
 
 
 # --------------------------------------------------------------------------------------------

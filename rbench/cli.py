@@ -86,13 +86,9 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-
 
 
 def _protocol_doc(spec) -> str:
-    import importlib
+    from rbench.tasks.registry import resolve
 
-    try:
-        module = importlib.import_module(spec.loader.partition(":")[0])
-    except ImportError:
-        return ""
-    return (module.__doc__ or "").strip()
+    return resolve(spec).family.doc.strip()
 
 
 @app.command("rankers")
@@ -144,16 +140,24 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Run one ranker on one task and write its RunRecord."""
+    """Run one ranker on one task and write its RunRecord.
+
+    On several GPUs, launch this same command: ``torchrun --nproc_per_node 4 -m rbench.cli run ...``
+    or ``accelerate launch --multi_gpu --num_processes 4 -m rbench.cli run ...``. Every process
+    fits (a ranker's data-parallel training, e.g. LRanker's; ``batch_size`` is per process), then
+    process 0 scores and writes the RunRecord."""
     from rbench.config import parse_assignments
-    from rbench.runner import RunOptions, run
+    from rbench.runner import RunOptions, execute, make_plan
 
     opts = RunOptions(ranker=ranker, task=task, variant=variant, sets=parse_assignments(sets), seed=seed,
                       max_queries=max_queries, results_dir=results_dir, batch_size=batch_size,
                       chunk_size=chunk_size, write=not no_write, ann=ann, ray_shards=ray_shards)
-    progress, factory = _progress_factory(enabled=not quiet and not as_json)
+    plan = make_plan(opts)  # under torchrun / accelerate launch: one process of a launched run
+    progress, factory = _progress_factory(enabled=not quiet and not as_json and plan.world.main)
     with progress:
-        outcome = run(opts, progress=factory)
+        outcome = execute(plan, progress=factory)
+    if outcome is None:  # a launched run's other processes only fit; process 0 reports
+        return
     rec = outcome.record
     if as_json:
         print(rec.to_json(), end="")
@@ -189,8 +193,8 @@ def table_cmd(
 ) -> None:
     """Build a leaderboard (ranker rows x task columns) from RunRecords."""
     from rbench import leaderboard
+    from rbench.api import SCENARIOS
     from rbench.results import atomic_write_bytes
-    from rbench.tasks.spec import SCENARIOS
 
     if scenario not in SCENARIOS:
         from rbench.errors import unknown

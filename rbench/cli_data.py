@@ -10,7 +10,7 @@
   is, and a change to its files re-prepares), a copy otherwise (e.g. Windows without the symlink
   privilege). Files in the raw folder that came from ``download`` are replaced too; the download
   cache keeps them.
-- ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.generic``).
+- ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.imported``).
 - ``list`` shows every task's raw, download and prepared state.
 """
 
@@ -38,6 +38,7 @@ from rich.progress import (
 from rich.table import Table
 
 from rbench import paths
+from rbench.api import TaskSpec
 from rbench.errors import RBenchError
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
@@ -73,8 +74,10 @@ def download_cmd(
 ) -> None:
     """Fetch a task's public files (checksummed, resumable) and install them into its raw folder."""
     from rbench import sources
+    from rbench.tasks.registry import get_task
 
-    files = sources.remote_files(task)
+    spec = get_task(task)
+    files = sources.remote_files(spec)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet)
 
@@ -87,7 +90,7 @@ def download_cmd(
         return update
 
     with progress:
-        raw = sources.download_task(task, force=force, progress=bar)
+        raw = sources.download_task(spec, force=force, progress=bar)
     manifest_path = sources.downloads_dir(task) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     for rf in files:
@@ -185,16 +188,17 @@ def prepare_cmd(
 ) -> None:
     """Load a task once (filling the prepared cache) and show its sizes beside the paper's."""
     from rbench import store
-    from rbench.tasks.registry import get_task, load_task, task_options
+    from rbench.tasks.registry import load, resolve
 
-    spec = get_task(task)
-    options = _task_sets(sets)
-    task_options(spec, options)  # a bad option fails before anything is linked or loaded
+    resolved = resolve(task)
+    spec = resolved.spec
+    overrides = _task_sets(sets)
+    options = resolved.options(overrides)  # a bad option fails before anything is linked or loaded
     if from_path is not None:
-        if spec.loader.startswith("rbench.tasks.generic:"):
-            raise RBenchError(f"task {task!r} is an imported task: re-import it with rbench data import {task} ...")
-        if spec.embedded:
-            raise RBenchError(f"task {task!r} reads data shipped inside an installed package; --from does not apply")
+        if not resolved.family.links_from:
+            how = f"re-import it with rbench data import {task} ..." if resolved.family.name == "imported" else \
+                "it reads data shipped inside an installed package"
+            raise RBenchError(f"task {task!r}: --from does not apply ({how})")
         how, names = link_from(from_path, paths.raw_dir(task))
         if not as_json:
             out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
@@ -202,12 +206,12 @@ def prepare_cmd(
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                   transient=True, disable=as_json) as progress:
         progress.add_task(f"preparing {task}", total=None)
-        data = load_task(task, options, seed=seed)
+        data = load(resolved, options, seed=seed)
     newest = store.prepared_sizes(spec)
     cached = newest is not None and newest.get("key") in before
     rows = size_rows(data)
     if as_json:
-        print(json.dumps({"task": task, "seed": seed, "options": options, "cache_hit": cached,
+        print(json.dumps({"task": task, "seed": seed, "options": overrides, "cache_hit": cached,
                           "prepared": newest.get("folder") if newest else None,
                           "sizes": {w.strip(): {"prepared": p, "paper": q} for w, p, q in rows}}, indent=2))
         return
@@ -240,7 +244,7 @@ def import_cmd(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing import of the same name."),
 ) -> None:
     """Import a bring-your-own task in the BEIR layout (validated completely before copying)."""
-    from rbench.tasks.generic import import_task
+    from rbench.tasks.registry import import_task
 
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
                   transient=True) as progress:
@@ -257,15 +261,15 @@ def import_cmd(
 # --------------------------------------------------------------------------------------------
 
 
-def _download_state(task: str, embedded: bool = False) -> str:
+def _download_state(spec: TaskSpec) -> str:
     from rbench import sources
 
-    if embedded:
+    if spec.embedded:
         return "ships with a package"
-    if task not in sources.SOURCES:
+    if not spec.downloads:
         return "no direct URL"
-    folder = sources.downloads_dir(task)
-    want = sources.SOURCES[task]
+    folder = sources.downloads_dir(spec.name)
+    want = spec.downloads
     have = [rf for rf in want if (folder / rf.filename).is_file()]
     partial = [rf for rf in want if (folder / (rf.filename + ".part")).is_file()]
     state = f"{len(have)}/{len(want)} files"
@@ -283,7 +287,7 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-r
         present, detail = data_status(spec)
         sizes = store.prepared_sizes(spec)
         rows.append({"name": spec.name, "scenario": spec.scenario, "raw_present": present, "raw": detail,
-                     "downloads": _download_state(spec.name, spec.embedded), "prepared": sizes,
+                     "downloads": _download_state(spec), "prepared": sizes,
                      "paper_candidates": spec.paper_candidates, "paper_queries": spec.paper_queries})
     if as_json:
         print(json.dumps(rows, indent=2, default=str))

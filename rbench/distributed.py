@@ -34,7 +34,7 @@ import numpy as np
 
 from rbench.api import Pool, Queries
 from rbench.embeddings import _bar
-from rbench.engine import EvalResult, dense_scorer, evaluate, merge
+from rbench.engine import EvalResult, evaluate, merge, vector_scorer
 from rbench.sharded import ShardedArray, finish, open_matrix, shard_path, write_shard
 
 EncoderFactory = Callable[[], Callable[[list[str]], np.ndarray]]
@@ -82,9 +82,8 @@ def score_shard(matrix: str | Path | Any, query_vectors: np.ndarray, queries: Qu
     emb = open_matrix(matrix)
     n = emb.shape[0]
     pool = Pool(ids=np.arange(n).astype(str).astype(object), texts=_Sized(n), name="shard")
-    row_of = {str(q): i for i, q in enumerate(queries.ids)}
     # no whole-matrix finiteness scan per shard: the engine checks this shard's scores instead
-    scorer = dense_scorer(emb, lambda b: query_vectors[[row_of[str(i)] for i in b.ids]], "shard")
+    scorer = vector_scorer(emb, query_vectors, queries, "shard")
     return evaluate(None, queries, pool, topk=topk, batch_size=batch_size, chunk_size=chunk_size,
                     pool_range=pool_range, scorer=scorer)
 

@@ -2,6 +2,12 @@
 
 Like the paper's tables, the best value of each column is bold and the second underlined. Each
 task column states its number of test queries so readers can judge noise.
+
+Rows and columns are keyed on what the records hold, never on rendered text: a row is a ranker
+configuration (``RowKey``: name + non-default options), a column a test set (``ColumnKey``: task,
+variant, non-default task options, sample, seed). Names are rendered at the end, from the records
+(a row takes its newest record's label; two configurations that render alike get their option
+hashes appended, so neither hides the other).
 """
 
 from __future__ import annotations
@@ -9,44 +15,53 @@ from __future__ import annotations
 import csv
 import io
 import json
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from rbench.budget import BUDGET_FIELDS, budget_cells, budget_raw, training_budget
-from rbench.results import RunRecord, load_records
-from rbench.tasks.registry import PAPER_TASKS
+from rbench.pools import Variant
+from rbench.results import ColumnKey, RowKey, RunRecord, load_records, recorded_variant
+from rbench.tasks.registry import paper_tasks
 
 SHOWN = (("nDCG@10", "nDCG@10"), ("RR", "MRR"))
 DELTA = "delta_RR"  # the paper's Δ: relative MRR change of a variant pool against the original pool
 RANKER_ORDER = ("random", "pop", "bm25", "contriever", "dense", "fm", "bpr", "gru4rec", "bert4rec", "sasrec",
                 "lranker")
+POP, RANDOM = RowKey("pop"), RowKey("random")  # the floors (default configurations)
+VARIANT_KINDS = ("mixed", "shift", "scaled")  # ``--variant`` of a table may name a kind: every N of scaled
+
+Cell = tuple[RowKey, ColumnKey]
 
 
 @dataclass
 class Leaderboard:
     scenario: str
     variant: str
-    tasks: list[str]
-    rows: list[str]
-    cells: dict[tuple[str, str], dict[str, float]]  # (row, task) -> metric -> fraction
-    n_queries: dict[str, set[int]] = field(default_factory=dict)
-    sources: dict[tuple[str, str], str] = field(default_factory=dict)
-    record_files: dict[tuple[str, str], Path] = field(default_factory=dict)
-    records: dict[tuple[str, str], RunRecord] = field(default_factory=dict)
+    tasks: list[ColumnKey]
+    rows: list[RowKey]
+    cells: dict[Cell, dict[str, float]]  # (row, column) -> metric -> fraction
+    n_queries: dict[ColumnKey, set[int]] = field(default_factory=dict)
+    sources: dict[Cell, str] = field(default_factory=dict)
+    record_files: dict[Cell, Path] = field(default_factory=dict)
+    records: dict[Cell, RunRecord] = field(default_factory=dict)
     alpha: float = 0.05
-    deltas: dict[tuple[str, str], float] = field(default_factory=dict)  # variant vs original, relative MRR
+    deltas: dict[Cell, float] = field(default_factory=dict)  # variant vs original, relative MRR
+    labels: dict[RowKey | ColumnKey, str] = field(default_factory=dict)  # rendered names
 
-    def columns(self) -> list[tuple[str, str, str]]:
+    def label(self, key: RowKey | ColumnKey) -> str:
+        """The rendered name of a row or a column."""
+        return self.labels.get(key) or (key.label if isinstance(key, ColumnKey) else key.ranker)
+
+    def columns(self) -> list[tuple[ColumnKey, str, str]]:
         shown = SHOWN + ((DELTA, "Δ MRR"),) if self.variant != "original" else SHOWN
         return [(t, m, label) for t in self.tasks for m, label in shown]
 
-    def metric_columns(self) -> list[tuple[str, str, str]]:
+    def metric_columns(self) -> list[tuple[ColumnKey, str, str]]:
         return [c for c in self.columns() if c[1] != DELTA]
 
-    def rank_marks(self) -> dict[tuple[str, str, str], str]:
-        """(row, task, metric) -> 'best' | 'second'."""
-        marks: dict[tuple[str, str, str], str] = {}
+    def rank_marks(self) -> dict[tuple[RowKey, ColumnKey, str], str]:
+        """(row, column, metric) -> 'best' | 'second'."""
+        marks: dict[tuple[RowKey, ColumnKey, str], str] = {}
         for task, metric, _ in self.metric_columns():
             vals = sorted({round(self.cells[(r, task)][metric], 6) for r in self.rows
                            if (r, task) in self.cells}, reverse=True)
@@ -60,28 +75,27 @@ class Leaderboard:
                     marks[(r, task, metric)] = "second"
         return marks
 
-
-    def below_pop(self) -> set[tuple[str, str]]:
-        """(row, task) cells whose MRR does not beat the popularity floor of that task."""
+    def below_pop(self) -> set[Cell]:
+        """(row, column) cells whose MRR does not beat the popularity floor of that column."""
         out = set()
         for task in self.tasks:
-            pop = self.cells.get(("pop", task))
+            pop = self.cells.get((POP, task))
             if pop is None:
                 continue
             for r in self.rows:
-                if r in ("pop", "random") or (r, task) not in self.cells:
+                if r in (POP, RANDOM) or (r, task) not in self.cells:
                     continue
                 if self.cells[(r, task)]["RR"] <= pop["RR"]:
                     out.add((r, task))
         return out
 
-    def significance(self) -> dict[tuple[str, str, str], float]:
-        """(row, task, metric) -> p-value of the difference to the column's best row
+    def significance(self) -> dict[tuple[RowKey, ColumnKey, str], float]:
+        """(row, column, metric) -> p-value of the difference to the column's best row
         (paired randomization test over the queries both runs share)."""
         from rbench.results import read_per_query
         from rbench.significance import paired_randomization
 
-        cache: dict[tuple[str, str], object] = {}
+        cache: dict[Cell, object] = {}
 
         def pq(key):
             if key not in cache:
@@ -89,7 +103,7 @@ class Leaderboard:
                 cache[key] = read_per_query(path, rec) if path is not None and rec is not None else None
             return cache[key]
 
-        out: dict[tuple[str, str, str], float] = {}
+        out: dict[tuple[RowKey, ColumnKey, str], float] = {}
         for task, metric, _ in self.metric_columns():
             rows = [r for r in self.rows if (r, task) in self.cells]
             if len(rows) < 2:
@@ -109,8 +123,8 @@ class Leaderboard:
                                                               both[f"{metric}_b"].to_numpy(), n_resamples=2000)
         return out
 
-    def budgets(self) -> list[tuple[str, str, dict]]:
-        """(row, task, training budget) of every shown cell whose RunRecord has one, in table order."""
+    def budgets(self) -> list[tuple[RowKey, ColumnKey, dict]]:
+        """(row, column, training budget) of every shown cell whose RunRecord has one, in table order."""
         out = []
         for r in self.rows:
             for t in self.tasks:
@@ -121,15 +135,17 @@ class Leaderboard:
         return out
 
 
-def paper_reference(scenario: str, variant: str, tasks: list[str]) -> list[tuple[str, str, str, float]]:
+def paper_reference(scenario: str, variant: str,
+                    tasks: list[ColumnKey]) -> list[tuple[str, ColumnKey, str, float]]:
     """The paper's own numbers (Qwen3-0.6B, one A6000) for the shown tasks:
-    (model, task column, metric, value in %). Shown apart from rbench's measurements."""
+    (model, column, metric, value in %). Shown apart from rbench's measurements."""
     from importlib.resources import files
 
     want = {"original": "main"}.get(variant, variant)
     alias = {"ml-100k": "rec-movie"}  # same protocol; the paper ran it on MovieLens 1M
-    plain = [t for t in tasks if " " not in t]  # columns with non-default task options get no reference
-    base = {alias.get(t.split("~", 1)[0], t.split("~", 1)[0]): t for t in plain}
+    # columns with non-default task options, a query sample or another seed get no reference
+    plain = [t for t in tasks if not (t.options or t.max_queries or t.seed)]
+    base = {alias.get(t.task, t.task): t for t in plain}
     rows = []
     text = files("rbench").joinpath("data/paper_reference.csv").read_text()
     for line in text.splitlines()[1:]:
@@ -139,50 +155,81 @@ def paper_reference(scenario: str, variant: str, tasks: list[str]) -> list[tuple
     return rows
 
 
-def _task_order(tasks: set[str]) -> list[str]:
-    base = lambda t: re.split(r"[~ ]", t, maxsplit=1)[0]  # noqa: E731
-    known = [t for p in ("ml-100k", *PAPER_TASKS) for t in sorted(tasks) if base(t) == p]
-    return known + sorted(t for t in tasks if t not in known)
+def _task_order(tasks: set[ColumnKey]) -> list[ColumnKey]:
+    """The embedded default first, then the paper's Table 2 order, then the rest; by name within."""
+    order = ("ml-100k", *paper_tasks())
+    return sorted(tasks, key=lambda t: (order.index(t.task) if t.task in order else len(order), t.label))
 
 
-def _row_order(rows: set[str]) -> list[str]:
-    def key(label: str) -> tuple[int, str]:
-        name = re.split(r"[ (-]", label, maxsplit=1)[0]
-        return (RANKER_ORDER.index(name) if name in RANKER_ORDER else len(RANKER_ORDER), label)
+def _row_order(rows: set[RowKey], labels: dict[RowKey | ColumnKey, str]) -> list[RowKey]:
+    """Floors and baselines in the paper's order, then the rest; by name within."""
+    def key(r: RowKey) -> tuple[int, str, str]:
+        return (RANKER_ORDER.index(r.ranker) if r.ranker in RANKER_ORDER else len(RANKER_ORDER), labels[r], r.options)
 
     return sorted(rows, key=key)
 
 
+def _shows(want: str, variant: Variant) -> bool:
+    """Whether a table of ``want`` (original, a kind such as scaled, or one variant) shows a record
+    of ``variant``."""
+    return variant.kind == want if want in VARIANT_KINDS else variant.label == want
+
+
+def _row_labels(newest: dict[RowKey, RunRecord]) -> dict[RowKey | ColumnKey, str]:
+    """Each row's name from its newest record; configurations that render alike (a plugin's own
+    label that leaves an option out, say) get their option hashes appended."""
+    labels: dict[RowKey | ColumnKey, str] = {row: rec.label for row, rec in newest.items()}
+    seen: dict[str, list[RowKey]] = {}
+    for row in newest:
+        seen.setdefault(labels[row], []).append(row)
+    for same in seen.values():
+        if len(same) > 1:
+            for row in same:
+                labels[row] = f"{labels[row]} [{row.options_hash or 'defaults'}]"
+    return labels
+
+
 def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leaderboard:
-    """Collect the records of one scenario (and variant: None/'original' = original pools)."""
+    """Collect the records of one scenario (and variant: None/'original' = original pools; a kind
+    such as 'scaled' shows every scaled:N; one variant is named by its label, however spelled)."""
     want = variant or "original"
-    cells: dict[tuple[str, str], dict[str, float]] = {}
-    nq: dict[str, set[int]] = {}
-    sources: dict[tuple[str, str], str] = {}
-    files: dict[tuple[str, str], Path] = {}
-    records: dict[tuple[str, str], RunRecord] = {}
-    originals: dict[tuple[str, str], float] = {}
+    if want not in VARIANT_KINDS:
+        want = recorded_variant(want).label
+    cells: dict[Cell, dict[str, float]] = {}
+    nq: dict[ColumnKey, set[int]] = {}
+    sources: dict[Cell, str] = {}
+    files: dict[Cell, Path] = {}
+    records: dict[Cell, RunRecord] = {}
+    originals: dict[Cell, RunRecord] = {}
     for path, rec in load_records(results_dir, scenario):
-        if want != "original" and (rec.variant or "original") == "original":
-            originals[(rec.label, rec.column)] = rec.metrics["RR"]
-        if (rec.variant or "original") != want and not (want != "original" and rec.variant.startswith(want)):
+        key = (rec.row_key, rec.column_key)
+        if want != "original" and key[1].variant.kind == "original":
+            if key not in originals or not _newer(originals[key].created, rec, results_dir):
+                originals[key] = rec
+        if not _shows(want, key[1].variant):
             continue
-        key = (rec.label, rec.column)
         prev = sources.get(key)
         if prev is not None and _newer(prev, rec, results_dir):
             continue
         cells[key] = dict(rec.metrics)
-        nq.setdefault(rec.column, set()).add(rec.n_queries)
         sources[key] = rec.created
         files[key], records[key] = path, rec
+    for (_, col), rec in records.items():
+        nq.setdefault(col, set()).add(rec.n_queries)
+    newest: dict[RowKey, RunRecord] = {}
+    for (row, _), rec in records.items():
+        if row not in newest or rec.created > newest[row].created:
+            newest[row] = rec
+    labels = _row_labels(newest)
     tasks = _task_order({t for _, t in cells})
-    rows = _row_order({r for r, _ in cells})
+    labels.update({t: t.label for t in tasks})
+    rows = _row_order({r for r, _ in cells}, labels)
     deltas = {}
     for (row, col), metrics in cells.items():
-        base = originals.get((row, re.sub(r"~[^ ]+", "", col, count=1)))
-        if base:
-            deltas[(row, col)] = (metrics["RR"] - base) / base
-    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas)
+        base = originals.get((row, col.original()))
+        if base is not None and base.metrics["RR"]:
+            deltas[(row, col)] = (metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]
+    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels)
 
 
 def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
@@ -193,11 +240,11 @@ def _fmt(v: float) -> str:
     return f"{100.0 * v:.2f}"
 
 
-def _nq(lb: Leaderboard, task: str) -> str:
+def _nq(lb: Leaderboard, task: ColumnKey) -> str:
     return "/".join(str(n) for n in sorted(lb.n_queries.get(task, ())))
 
 
-def _cell(lb: Leaderboard, r: str, t: str, m: str, marks, below, sig, style: str) -> str:
+def _cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks, below, sig, style: str) -> str:
     if m == DELTA:
         return f"{100 * lb.deltas[(r, t)]:+.1f}%" if (r, t) in lb.deltas else "–"
     if (r, t) not in lb.cells:
@@ -232,7 +279,8 @@ def budget_markdown(lb: Leaderboard) -> list[str]:
     lines = ["", "**Training budgets** of the trained rows, " + BUDGET_NOTE, "", "| " + " | ".join(head) + " |",
              "|" + "---|" * len(head)]
     for r, t, b in rows:
-        lines.append("| " + " | ".join([r, t, *(c.replace("|", "\\|") for c in budget_cells(b))]) + " |")
+        lines.append("| " + " | ".join([lb.label(r), lb.label(t), *(c.replace("|", "\\|") for c in budget_cells(b))])
+                     + " |")
     return lines
 
 
@@ -243,7 +291,7 @@ def paper_markdown(lb: Leaderboard) -> list[str]:
     models = list(dict.fromkeys(m for m, _, _, _ in ref))
     val = {(m, t, k): v for m, t, k, v in ref}
     lines = ["", "## Reference: the paper's numbers (Qwen3-0.6B backbone, one NVIDIA A6000; not measured by rbench)",
-             "", "| Model (paper) | " + " | ".join(f"{t} {label}" for t, _, label in lb.columns()) + " |",
+             "", "| Model (paper) | " + " | ".join(f"{lb.label(t)} {label}" for t, _, label in lb.columns()) + " |",
              "|" + "---|" * (1 + len(lb.columns()))]
     for m in models:
         cells = [f"{val[(m, t, k)]:.2f}" if (m, t, k) in val else "–" for t, k, _ in lb.columns()]
@@ -259,12 +307,12 @@ def to_markdown(lb: Leaderboard, paper: bool = False) -> str:
     title = f"# rbench leaderboard: {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
     if not lb.rows:
         return title + "\n\nNo results yet.\n"
-    head = ["Ranker"] + [f"{t} {label}" for t, _, label in lb.columns()]
+    head = ["Ranker"] + [f"{lb.label(t)} {label}" for t, _, label in lb.columns()]
     lines = [title, "", "Values in % (test split). Best in **bold**, second <u>underlined</u>.", "",
              "| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines.append("| *test queries* | " + " | ".join(_nq(lb, t) for t, _, _ in lb.columns()) + " |")
     for r in lb.rows:
-        cells = [r] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]
+        cells = [lb.label(r)] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]
         lines.append("| " + " | ".join(cells) + " |")
     lines += ["", FOOTER]
     lines += budget_markdown(lb)
@@ -287,13 +335,13 @@ def to_csv(lb: Leaderboard) -> str:
                 delta = f"{100 * lb.deltas[(r, t)]:.2f}" if (r, t) in lb.deltas else ""
                 rec = lb.records.get((r, t))
                 budget = budget_raw(training_budget(rec) if rec is not None else None)
-                w.writerow([r, t, _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta, *budget])
+                w.writerow([lb.label(r), lb.label(t), _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta, *budget])
     return buf.getvalue()
 
 
 def to_json(lb: Leaderboard) -> str:
     budgets = {(r, t): b for r, t, b in lb.budgets()}
-    rows = [{"ranker": r, "task": t, "n_queries": sorted(lb.n_queries.get(t, ())),
+    rows = [{"ranker": lb.label(r), "task": lb.label(t), "n_queries": sorted(lb.n_queries.get(t, ())),
              **{label: round(100 * lb.cells[(r, t)][m], 4) for m, label in SHOWN},
              **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {}),
              **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {})}
@@ -309,9 +357,9 @@ def rich_table(lb: Leaderboard):
     table = Table(title=title, caption="% on the test split; bold = best, underline = second; * and ▽: see below")
     table.add_column("Ranker", style="cyan")
     for t, _, label in lb.columns():
-        table.add_column(f"{t}\n{label}\n(n={_nq(lb, t)})", justify="right")
+        table.add_column(f"{lb.label(t)}\n{label}\n(n={_nq(lb, t)})", justify="right")
     for r in lb.rows:
-        table.add_row(r, *[_cell(lb, r, t, m, marks, below, sig, "rich") for t, m, _ in lb.columns()])
+        table.add_row(lb.label(r), *[_cell(lb, r, t, m, marks, below, sig, "rich") for t, m, _ in lb.columns()])
     return table
 
 
@@ -329,5 +377,5 @@ def rich_budget_table(lb: Leaderboard):
     for key, label, _ in BUDGET_FIELDS:
         table.add_column(label, justify="left" if key in ("negatives_per_example", "selection") else "right")
     for r, t, b in rows:
-        table.add_row(r, t, *budget_cells(b))
+        table.add_row(lb.label(r), lb.label(t), *budget_cells(b))
     return table

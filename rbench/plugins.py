@@ -89,10 +89,21 @@ def ranker_options(cls: type) -> list[dict[str, Any]]:
     return out
 
 
+def ranker_config(cls: type, overrides: dict[str, Any] | None = None, name: str = "") -> Any:
+    """The typed options of ranker class ``cls``: its ``Config`` with ``--set`` overrides checked
+    and parsed (the defaults when there are none)."""
+    return build_config(getattr(cls, "Config", NoOptions), overrides,
+                        owner=f"ranker {name or getattr(cls, 'name', cls.__name__)!r}")
+
+
+def default_config(cls: type, context: RunContext | None = None) -> dict[str, Any]:
+    """What the protocol's ``config`` of a ranker built with default options reports: the
+    reference a run's own ``config`` is compared with to find its non-default options."""
+    return dict(cls(config=ranker_config(cls), context=context).config or {})
+
+
 def make_ranker(name: str, overrides: dict[str, Any] | None = None,
                 context: RunContext | None = None) -> Any:
     """Instantiate ranker ``name`` with ``--set`` overrides checked against its ``Config``."""
     cls = load_ranker_class(name)
-    cfg_cls = getattr(cls, "Config", NoOptions)
-    cfg = build_config(cfg_cls, overrides, owner=f"ranker {name!r}")
-    return cls(config=cfg, context=context)
+    return cls(config=ranker_config(cls, overrides, name), context=context)

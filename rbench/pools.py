@@ -13,14 +13,17 @@ test split's pool indices (positives, history, exclusions) change.
   uniformly without replacement (seeded by the run seed) from the union of the other tasks'
   pools (Rec-Movie, Rec-Toy, MS MARCO, ESCI, Rec-Clothing).
 
+Which task donates to which variant is a fact of that task (``TaskSpec.donates``); shift keeps
+to the same kind of domain (``SHIFT_DOMAINS``). The runner hands the donors in (``Donors``: the
+candidate specs in registry order and a lookup of their pools), so this module never loads a task.
+
 Choices written down:
 
-1. Donor pools come from the registry with default task options and the run's seed; a donor
+1. Donor pools come from the runner (the registry, default task options, the run's seed); a donor
    whose data is not present (or fails to load) is left out and named, with the reason, in
    ``info["variant_skipped"]``; the sources used are in ``info["variant_sources"]`` (the task's
    own first). A variant left with no donor at all is refused: it would be the original pool
-   under another name. Which donors exist can be injected (``donors=``), e.g. small synthetic
-   pools in tests.
+   under another name. Tests hand in small synthetic pools (``Donors.of``).
 2. Ids stay unique across sources: donor ids become ``<task>:<id>``; the task's own ids are kept
    as they are, so rankers that map test candidates to what they learned by id (popularity,
    RecBole) find every training item. A collision (an own id already spelled ``<donor>:<id>``)
@@ -46,21 +49,38 @@ import warnings
 import zlib
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Union
+from typing import Any
 
 import numpy as np
 
-from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
+from rbench.columns import MergedTexts
 from rbench.errors import RBenchError
 
-MIXED_SOURCES = ("rec-movie", "rec-toy", "msmarco", "esci")
-SHIFT_SOURCES = {"recommendation": ("rec-movie", "rec-toy"), "passage": ("msmarco", "esci"),
-                 "product": ("msmarco", "esci")}
-SCALED_SOURCES = ("rec-movie", "rec-toy", "msmarco", "esci", "rec-clothing")
+SHIFT_DOMAINS: dict[str, tuple[str, ...]] = {"recommendation": ("recommendation",),
+                                             "passage": ("passage", "product"), "product": ("passage", "product")}
 ID_SEP = ":"
 KINDS = ("original", "mixed", "shift", "scaled:N")
 
-DonorSource = Union[Mapping[str, Union[Pool, TaskData]], Callable[[str], Union[Pool, TaskData, None]]]
+
+
+@dataclass(frozen=True)
+class Donors:
+    """The tasks a variant may draw candidates from (in registry order) and a lookup of a donor's
+    pool (None, LookupError or RBenchError: not available, left out and named)."""
+
+    specs: tuple[TaskSpec, ...]
+    lookup: Callable[[str], Pool | TaskData | None]
+
+    @classmethod
+    def of(cls, specs: Sequence[TaskSpec], pools: Mapping[str, Pool | TaskData]) -> Donors:
+        return cls(tuple(specs), pools.get)
+
+    def names(self, kind: str, spec: TaskSpec) -> list[str]:
+        """Donor task names for variant ``kind`` of ``spec`` (never the task itself)."""
+        domains = SHIFT_DOMAINS.get(spec.domain, ()) if kind == "shift" else None
+        return [s.name for s in self.specs if kind in s.donates and s.name != spec.name
+                and (domains is None or s.domain in domains)]
 
 
 @dataclass(frozen=True)
@@ -95,29 +115,8 @@ def parse_variant(text: str) -> Variant:
 # --------------------------------------------------------------------------------------------
 
 
-def registry_donors(seed: int) -> Callable[[str], Pool | None]:
-    """Donor pools from the task registry (default options, run seed); None when not present."""
-
-    def resolve(name: str) -> Pool | None:
-        from rbench.tasks.registry import data_status, get_task, load_task
-
-        present, detail = data_status(get_task(name))
-        if not present:
-            raise LookupError(detail)
-        return load_task(name, seed=seed).pool
-
-    return resolve
-
-
-def _resolve_donors(names: Sequence[str], own: str, donors: DonorSource | None,
-                    seed: int) -> tuple[dict[str, Pool], dict[str, str]]:
-    lookup: Callable[[str], Any]
-    if donors is None:
-        lookup = registry_donors(seed)
-    elif isinstance(donors, Mapping):
-        lookup = lambda name: donors.get(name)  # noqa: E731
-    else:
-        lookup = donors
+def _resolve_donors(names: Sequence[str], own: str, lookup: Callable[[str], Any]
+                    ) -> tuple[dict[str, Pool], dict[str, str]]:
     found: dict[str, Pool] = {}
     skipped: dict[str, str] = {}
     for name in names:
@@ -142,29 +141,6 @@ def _resolve_donors(names: Sequence[str], own: str, donors: DonorSource | None,
 # --------------------------------------------------------------------------------------------
 # merged pools
 # --------------------------------------------------------------------------------------------
-
-
-class MergedTexts(Sequence):
-    """Texts of a merged pool read from the source columns: position i is
-    ``columns[src[i]][loc[i]]``. Keeps lazy (memory-mapped) source columns lazy."""
-
-    def __init__(self, columns: Sequence[Any], src: np.ndarray, loc: np.ndarray) -> None:
-        self.columns, self.src, self.loc = list(columns), src, loc
-
-    def __len__(self) -> int:
-        return len(self.src)
-
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
-        if isinstance(i, (int, np.integer)):
-            return self.columns[int(self.src[i])][int(self.loc[i])]
-        idx = np.arange(len(self))[i] if isinstance(i, slice) else np.asarray(i, dtype=np.int64)
-        out = np.empty(len(idx), dtype=object)
-        src, loc = self.src[idx], self.loc[idx]
-        for s in np.unique(src):
-            rows = np.flatnonzero(src == s)
-            col = self.columns[int(s)]
-            out[rows] = [col[int(j)] for j in loc[rows]]
-        return out
 
 
 @dataclass
@@ -281,9 +257,9 @@ def _draw(label: str, own: Pool, found: dict[str, Pool], n: int, seed: int) -> l
     return out
 
 
-def apply_variant(data: TaskData, variant: str, seed: int, donors: DonorSource | None = None) -> TaskData:
-    """``data`` with its test pool replaced by the named variant (module doc)."""
-    v = parse_variant(variant)
+def apply_variant(data: TaskData, variant: Variant | str, seed: int, donors: Donors | None = None) -> TaskData:
+    """``data`` with its test pool replaced by the variant (parsed, or its text; module doc)."""
+    v = variant if isinstance(variant, Variant) else parse_variant(variant)
     if v.kind == "original":
         return data
     spec = data.spec
@@ -292,17 +268,14 @@ def apply_variant(data: TaskData, variant: str, seed: int, donors: DonorSource |
     if spec.scenario == "small" or data.test.candidates is not None:
         raise RBenchError(f"variant {v.label}: task {spec.name!r} is a small-scenario task (each query ranks "
                           "its own candidate list); pool variants apply to large and ultra tasks only")
-    if v.kind == "mixed":
-        names: Sequence[str] = MIXED_SOURCES
-    elif v.kind == "shift":
-        if spec.domain not in SHIFT_SOURCES:
-            raise RBenchError(f"variant shift: defined for recommendation tasks (rec-movie + rec-toy) and "
-                              f"passage/product tasks (msmarco + esci), not for {spec.domain} tasks such as "
-                              f"{spec.name!r}")
-        names = SHIFT_SOURCES[spec.domain]
-    else:
-        names = SCALED_SOURCES if donors is None or not isinstance(donors, Mapping) else list(donors)
-    found, skipped = _resolve_donors(names, spec.name, donors, seed)
+    if v.kind == "shift" and spec.domain not in SHIFT_DOMAINS:
+        raise RBenchError(f"variant shift: defined for recommendation tasks (rec-movie + rec-toy) and "
+                          f"passage/product tasks (msmarco + esci), not for {spec.domain} tasks such as "
+                          f"{spec.name!r}")
+    if donors is None:
+        raise RBenchError(f"variant {v.label}: no donor tasks were handed in (the runner passes the registry's)")
+    names = donors.names(v.kind, spec)
+    found, skipped = _resolve_donors(names, spec.name, donors.lookup)
     for name, why in skipped.items():
         warnings.warn(f"variant {v.label}: {name} left out ({why})", stacklevel=2)
     if not found and v.kind != "scaled":

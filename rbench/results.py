@@ -18,7 +18,7 @@ import resource
 import subprocess
 import sys
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -26,11 +26,69 @@ from typing import Any
 import numpy as np
 
 import rbench
+from rbench.config import config_hash
 from rbench.errors import DataError, RBenchError
 from rbench.metrics import TIE_RULE
+from rbench.pools import Variant, parse_variant
 
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
+
+
+def _canonical(options: dict[str, Any] | None) -> str:
+    """Options as one comparable text (sorted JSON); "" for none."""
+    return json.dumps(options, sort_keys=True, default=str) if options else ""
+
+
+@dataclass(frozen=True)
+class RowKey:
+    """What a leaderboard row is: one ranker configuration (its name and non-default options)."""
+
+    ranker: str
+    options: str = ""  # the non-default ranker options as sorted JSON ("" : the defaults)
+
+    @property
+    def options_hash(self) -> str:
+        """Short hash of the options (the record's config hash when only ranker options differ)."""
+        return config_hash({"ranker": json.loads(self.options)}) if self.options else ""
+
+
+@dataclass(frozen=True)
+class ColumnKey:
+    """What a leaderboard column is: one test set (task, pool variant, non-default task options,
+    test-query sample and seed); runs on different test sets never share a column."""
+
+    task: str
+    variant: Variant = Variant("original")
+    options: str = ""  # the non-default task options as sorted JSON
+    max_queries: int | None = None
+    seed: int = 0
+
+    @property
+    def task_key(self) -> str:
+        return self.task if self.variant.kind == "original" else f"{self.task}~{self.variant.label}"
+
+    @property
+    def label(self) -> str:
+        parts = [f"{k}={_short(v)}" for k, v in sorted(json.loads(self.options or "{}").items())]
+        if self.max_queries:
+            parts.append(f"max_queries={self.max_queries}")
+        if self.seed:
+            parts.append(f"seed={self.seed}")
+        return f"{self.task_key} ({', '.join(parts)})" if parts else self.task_key
+
+    def original(self) -> ColumnKey:
+        """The same test set on the task's original pool (a variant's Δ is measured against it)."""
+        return replace(self, variant=Variant("original"))
+
+
+def recorded_variant(text: str) -> Variant:
+    """A record's variant, parsed (records written before the runner parsed the variant may hold
+    the raw text, e.g. ``scaled=1_000``); text that does not parse stays a kind of its own."""
+    try:
+        return parse_variant(text or "original")
+    except RBenchError:
+        return Variant(text)
 
 
 @dataclass
@@ -61,12 +119,9 @@ class RunRecord:
     def label(self) -> str:
         """Row name in tables: the ranker plus its non-default options (short ones spelled out,
         long ones as the config hash)."""
-        if self.ranker.get("label"):  # the ranker names its own configuration
+        if self.ranker.get("label"):  # the ranker named its own configuration when it ran
             return str(self.ranker["label"])
         name = self.ranker["name"]
-        own = _plugin_label(name, self.ranker.get("config") or {})
-        if own:
-            return own
         diff = (self.run_options.get("non_default") or {}).get("ranker") or {}
         if not diff:
             return name
@@ -74,16 +129,21 @@ class RunRecord:
         return f"{name} ({text})" if len(text) <= 48 else f"{name}-{self.config_hash}"
 
     @property
+    def row_key(self) -> RowKey:
+        diff = self.run_options.get("non_default") or {}
+        return RowKey(str(self.ranker["name"]), _canonical(diff.get("ranker")))
+
+    @property
+    def column_key(self) -> ColumnKey:
+        diff = self.run_options.get("non_default") or {}
+        return ColumnKey(self.task, recorded_variant(self.variant), _canonical(diff.get("task")),
+                         diff.get("max_queries") or None, int(diff.get("seed") or 0))
+
+    @property
     def column(self) -> str:
         """Column name in tables: the task (and variant) plus non-default task options, test-set
         sampling and seed — runs on different test sets never share a column."""
-        diff = self.run_options.get("non_default") or {}
-        parts = [f"{k}={_short(v)}" for k, v in sorted((diff.get("task") or {}).items())]
-        if diff.get("max_queries"):
-            parts.append(f"max_queries={diff['max_queries']}")
-        if diff.get("seed"):
-            parts.append(f"seed={diff['seed']}")
-        return f"{self.task_key} ({', '.join(parts)})" if parts else self.task_key
+        return self.column_key.label
 
     @property
     def task_key(self) -> str:
@@ -91,17 +151,6 @@ class RunRecord:
 
     def to_json(self) -> str:
         return json.dumps(asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
-
-
-def _plugin_label(name: str, config: dict[str, Any]) -> str | None:
-    """A plugin may name its configurations (``label_for(config)``), e.g. LRanker's presets."""
-    try:
-        from rbench.plugins import load_ranker_class
-
-        label_for = getattr(load_ranker_class(name), "label_for", None)
-    except Exception:  # an uninstalled plugin: fall back to the generic label
-        return None
-    return label_for(config) if callable(label_for) else None
 
 
 def _short(v: Any) -> str:

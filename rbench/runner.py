@@ -1,13 +1,26 @@
-"""One benchmark run, end to end: load task -> variant -> fit -> index -> score -> RunRecord.
+"""One benchmark run, end to end: plan -> load task -> variant -> fit -> score -> RunRecord.
 
-The CLI and the Python API both call ``run``; the CLI only adds progress display and printing.
+The CLI parses strings into ``RunOptions``; ``make_plan`` resolves them once into a ``RunPlan`` (the
+task, its typed options, the ranker class and typed config, the parsed variant, the scoring mode,
+the processes of a launched run) and ``execute`` carries that plan out. Nothing below the plan
+re-reads a name, re-parses an option or re-imports a plugin. ``run`` is both, for the Python API.
+
+Scoring has one road (``score``): an embedding ranker's candidate and query vectors are computed
+once and handed to the mode that ranks them (one process, or ``ray_shards`` Ray tasks) and to
+the ANN measurement; other rankers score through their own ``score``.
+
+A launched run (``torchrun`` or ``accelerate launch`` of ``rbench run``, seen from RANK,
+LOCAL_RANK and WORLD_SIZE) initialises ``torch.distributed`` and fits on every process (the
+ranker's data-parallel training), then process 0 alone scores and writes the RunRecord.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -15,12 +28,21 @@ from typing import Any
 import numpy as np
 
 from rbench import paths
-from rbench.api import RunContext, TaskData
+from rbench.ann import BACKENDS as ANN_BACKENDS
+from rbench.api import RunContext, TaskData, TaskSpec
 from rbench.config import config_dict, config_hash
-from rbench.engine import evaluate
-from rbench.errors import RBenchError
+from rbench.engine import (
+    EvalResult,
+    encode_pool,
+    encode_queries,
+    evaluate,
+    is_embedding_ranker,
+    vector_scorer,
+)
+from rbench.errors import RBenchError, unknown
 from rbench.metrics import MEASURES, aggregate, per_query
-from rbench.plugins import load_ranker_class, make_ranker
+from rbench.plugins import NoOptions, default_config, load_ranker_class, ranker_config
+from rbench.pools import Variant, parse_variant
 from rbench.results import (
     RunRecord,
     ensure_writable,
@@ -32,17 +54,17 @@ from rbench.results import (
     record_path,
     write_run,
 )
-from rbench.tasks.registry import get_task, load_task
+from rbench.tasks.family import Task
+from rbench.tasks.registry import load, resolve
 
 TASK_PREFIX = "task."
 
 
-@dataclass
-class RunOptions:
-    ranker: str
-    task: str
-    variant: str = "original"
-    sets: dict[str, str] = dataclasses.field(default_factory=dict)
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How a run is carried out (numbers, a path, switches): given in ``RunOptions`` and kept as
+    they are in the ``RunPlan`` (nothing in them needs resolving)."""
+
     seed: int = 0
     max_queries: int | None = None
     results_dir: Path = Path("results")
@@ -51,6 +73,59 @@ class RunOptions:
     write: bool = True
     ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
     ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
+    topk: int = 0  # keep each query's top-k candidates (RunOutcome.result); 0: none, nothing records them yet
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(RunSettings):
+    """What the command line gave (names and option strings), before anything is resolved."""
+
+    ranker: str
+    task: str
+    variant: str = "original"
+    sets: dict[str, str] = dataclasses.field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes of one run. ``torchrun`` and ``accelerate launch`` start each process with
+    LOCAL_RANK and WORLD_SIZE (and RANK) set: such a run is ``launched``. A plain run is a world
+    of one."""
+
+    rank: int = 0
+    local_rank: int = 0
+    size: int = 1
+    launched: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> World:
+        env = os.environ if env is None else env
+        if "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
+            return cls()
+        local = int(env["LOCAL_RANK"])
+        return cls(rank=int(env.get("RANK", local)), local_rank=local, size=int(env["WORLD_SIZE"]), launched=True)
+
+    @property
+    def main(self) -> bool:
+        """The process that scores, prints and writes the RunRecord."""
+        return self.rank == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan(RunSettings):
+    """One run, resolved once by ``make_plan``: what ``execute`` and everything below it receive."""
+
+    task: Task  # the spec and the family that loads it
+    task_options: Any  # the task's typed options (None: it has none)
+    ranker: str  # the plugin's name (entry point)
+    ranker_cls: type
+    ranker_config: Any  # the ranker's typed options: its Config with --set applied
+    variant: Variant
+    world: World = World()
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self.task.spec
 
 
 @dataclass
@@ -58,6 +133,7 @@ class RunOutcome:
     record: RunRecord
     path: Path | None
     per_query: dict[str, np.ndarray]
+    result: EvalResult | None = None  # the engine's result (its top-k is empty unless RunOptions.topk)
 
 
 Progress = Callable[[str, int | None], Callable[[int], None]]
@@ -74,11 +150,17 @@ def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     return task, ranker
 
 
-def _non_default(cfg: Any) -> dict[str, Any]:
-    if cfg is None:
-        return {}
-    default = config_dict(type(cfg)())
-    return {k: v for k, v in config_dict(cfg).items() if default.get(k) != v}
+def _plain(config: Any) -> dict[str, Any]:
+    """A config as JSON sees it (tuples become lists, unknown objects their text)."""
+    return json.loads(json.dumps(dict(config or {}), default=str))
+
+
+def _non_default(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in config.items() if default.get(k) != v}
+
+
+def _options_dict(options: Any) -> dict[str, Any]:
+    return config_dict(options) if options is not None else {}
 
 
 def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
@@ -88,75 +170,137 @@ def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
     return dataclasses.replace(data, test=data.test.take(rows))
 
 
-def apply_variant(data: TaskData, variant: str, seed: int) -> TaskData:
-    if variant in ("", "original"):
+def apply_variant(data: TaskData, variant: Variant, seed: int) -> TaskData:
+    if variant.kind == "original":
         return data
-    try:
-        from rbench import pools
-    except ImportError as exc:  # pragma: no cover - pools ships with rbench
-        raise RBenchError(f"variant {variant!r} is not available: {exc}") from exc
-    return pools.apply_variant(data, variant, seed)
+    from rbench import pools
+    from rbench.tasks.registry import BUILTIN, donor_pool
+
+    donors = pools.Donors(tuple(t.spec for t in BUILTIN.values()), donor_pool(seed))
+    return pools.apply_variant(data, variant, seed, donors)
 
 
-def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
-    spec = get_task(opts.task)
-    if opts.ann is not None:
-        from rbench.ann import BACKENDS
-        from rbench.errors import unknown
+# --------------------------------------------------------------------------------------------
+# the plan
+# --------------------------------------------------------------------------------------------
 
-        if opts.ann not in BACKENDS:
-            raise unknown("--ann backend", opts.ann, BACKENDS)
+
+def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
+    """Resolve ``opts`` once; unknown names, bad options and bad variants fail here, before any
+    data is loaded. ``world``: the processes of the run (default: from the environment)."""
+    task = resolve(opts.task)
+    spec = task.spec
+    if opts.ann is not None and opts.ann not in ANN_BACKENDS:
+        raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
     task_sets, ranker_sets = split_sets(opts.sets)
     cls = load_ranker_class(opts.ranker)
     domains = getattr(cls, "domains", None)
     if domains and spec.domain not in domains:
         raise RBenchError(f"ranker {opts.ranker!r} does not apply to {spec.domain} tasks such as {spec.name!r} "
                           f"(it applies to: {', '.join(domains)})")
-    cache = paths.cache_dir()
-    ranker = make_ranker(opts.ranker, ranker_sets, RunContext(cache_dir=cache, seed=opts.seed))
-    if opts.write:
-        ensure_writable(Path(opts.results_dir))
+    world = world or World.from_env()
+    if world.launched:
+        ranker_sets = _launch_device(cls, ranker_sets, world)
+    settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
+    return RunPlan(task=task, task_options=task.options(task_sets), ranker=opts.ranker, ranker_cls=cls,
+                   ranker_config=ranker_config(cls, ranker_sets, opts.ranker), variant=parse_variant(opts.variant),
+                   world=world, **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
+    """A launched process's ranker runs on that process's GPU: a ranker with a ``device`` option
+    gets ``cuda:LOCAL_RANK`` (or ``cpu``) unless ``--set device=...`` says otherwise."""
+    import torch
+
+    fields = {f.name for f in dataclasses.fields(getattr(cls, "Config", NoOptions))}
+    if "device" not in fields or "device" in ranker_sets:
+        return ranker_sets
+    return {**ranker_sets, "device": f"cuda:{world.local_rank}" if torch.cuda.is_available() else "cpu"}
+
+
+def _join(world: World) -> bool:
+    """Initialise ``torch.distributed`` for a launched run; True when this run owns the group."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(world.local_rank)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return True
+
+
+def _leave(owned: bool) -> None:
+    """Every process has fitted: wait for all, then let process 0 score on its own."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        if owned:
+            dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------------
+# running a plan
+# --------------------------------------------------------------------------------------------
+
+
+def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome | None:
+    """Plan and execute one run (None on the processes of a launched run other than process 0)."""
+    return execute(make_plan(opts), progress)
+
+
+def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | None:
+    """Carry out ``plan``: load, vary, subsample, fit, score, record. Returns None on the
+    processes of a launched run other than process 0 (they only fit)."""
+    spec, world = plan.spec, plan.world
+    context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
+    ranker = plan.ranker_cls(config=plan.ranker_config, context=context)
+    if plan.write and world.main:
+        ensure_writable(plan.results_dir)
+    owned = _join(world) if world.launched else False
 
     t0 = time.perf_counter()
     step = progress(f"loading {spec.name}", 1)
-    data = load_task(opts.task, task_sets, seed=opts.seed)
-    task_opts = _task_options_of(spec, task_sets)
-    data = apply_variant(data, opts.variant, opts.seed)
-    data = subsample(data, opts.max_queries, opts.seed)
+    data = load(plan.task, plan.task_options, seed=plan.seed)
+    data = apply_variant(data, plan.variant, plan.seed)
+    data = subsample(data, plan.max_queries, plan.seed)
     load_s = time.perf_counter() - t0
     step(1)
 
     t0 = time.perf_counter()
-    step = progress(f"fitting {opts.ranker}", 1)
+    step = progress(f"fitting {plan.ranker}", 1)
     ranker.fit(data)
     fit_s = time.perf_counter() - t0
     step(1)
+    if world.launched:
+        _leave(owned)
+        if not world.main:
+            return None
 
-    tick = progress(f"{opts.ranker} on {spec.name}", len(data.test))
-    if opts.ray_shards:
-        result = _evaluate_on_ray(ranker, data, opts)
-        tick(len(data.test))
-    else:
-        result = evaluate(ranker, data.test, data.pool, batch_size=opts.batch_size,
-                          chunk_size=opts.chunk_size, progress=tick)
+    result, ann_info = score(plan, ranker, data, progress)
     values = per_query(result.ranks, data.test.grades, MEASURES)
-    ann_info = _measure_ann(ranker, data, opts) if opts.ann else None
     metrics = aggregate(values)
 
+    # the run's identity: its options that differ from the defaults, read from the protocol's
+    # ``config`` (any plugin has one), compared with what a default-built ranker reports
     ranker_cfg = ranker.config
-    diff = {"ranker": _non_default(getattr(ranker, "cfg", None)), "task": _non_default(task_opts),
-            "max_queries": opts.max_queries, "seed": opts.seed}
+    task_opts = _options_dict(plan.task_options)
+    diff = {"ranker": _non_default(_plain(ranker_cfg), _plain(default_config(plan.ranker_cls, context))),
+            "task": _non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
+            "max_queries": plan.max_queries, "seed": plan.seed}
     diff = {k: v for k, v in diff.items() if v not in ({}, None, 0)}
     chash = config_hash(diff) if diff else ""
     first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
     record = RunRecord(
         task=spec.name,
-        variant=opts.variant or "original",
+        variant=plan.variant.label,
         scenario=spec.scenario,
         task_fingerprint=data.fingerprint,
-        ranker={"name": opts.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
+        ranker={"name": plan.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
                 **({"label": ranker.label} if isinstance(getattr(ranker, "label", None), str) else {})},
-        seed=opts.seed,
+        seed=plan.seed,
         n_queries=len(data.test),
         metrics=metrics,
         timings={"load_s": round(load_s, 4), "fit_s": round(fit_s, 4),
@@ -166,10 +310,11 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         peak_rss_bytes=peak_rss_bytes(),
         git_commit=git_commit(),
         created=now_iso(),
-        task_options=config_dict(task_opts) if task_opts is not None else {},
-        run_options={"max_queries": opts.max_queries, "batch_size": opts.batch_size,
-                     "chunk_size": opts.chunk_size, "non_default": diff,
-                     **({"ray_shards": opts.ray_shards} if opts.ray_shards else {})},
+        task_options=task_opts,
+        run_options={"max_queries": plan.max_queries, "batch_size": plan.batch_size,
+                     "chunk_size": plan.chunk_size, "non_default": diff,
+                     **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
+                     **({"world_size": world.size} if world.size > 1 else {})},
         task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
                    "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
         ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
@@ -177,30 +322,66 @@ def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome:
         config_hash=chash,
     )
     path = None
-    if opts.write:
-        path = record_path(Path(opts.results_dir), spec.scenario, record.task_key, opts.ranker, chash)
+    if plan.write:
+        path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
         write_run(record, path, per_query_bytes(data.test.ids, values, first_rank))
-    return RunOutcome(record=record, path=path, per_query=values)
+    return RunOutcome(record=record, path=path, per_query=values, result=result)
 
 
-def _evaluate_on_ray(ranker: Any, data: TaskData, opts: RunOptions) -> Any:
-    """Exact evaluation split over ``opts.ray_shards`` Ray tasks (``rbench.distributed``): the
-    candidate matrix is handed to the workers as a file (its own memory-mapped ``.npy`` or sharded
-    directory; otherwise written once under RBENCH_HOME, which must be shared storage on a
-    cluster), the query vectors are computed here once."""
+# --------------------------------------------------------------------------------------------
+# scoring: one road, two modes, one side measurement
+# --------------------------------------------------------------------------------------------
+
+
+def score(plan: RunPlan, ranker: Any, data: TaskData,
+          progress: Progress = _no_progress) -> tuple[EvalResult, dict[str, Any] | None]:
+    """Rank the test queries against the pool: the engine's result and the ANN measurement (None
+    unless ``plan.ann``).
+
+    A ranker with its own ``score`` is scanned by the engine through it. An embedding ranker's
+    candidate vectors (checked once) and query vectors (encoded once, in the engine's batches) are
+    computed here and handed to the mode: one process, or ``plan.ray_shards`` Ray tasks
+    (bit-identical results); the ANN measurement reads the same matrices. Timings: ``index_s`` is
+    the candidate encoding, ``score_s`` the query encoding plus the scan."""
+    test, pool = data.test, data.pool
+    desc = f"{plan.ranker} on {plan.spec.name}"
+    if not is_embedding_ranker(ranker):
+        for wanted, flag in ((plan.ray_shards, "--ray-shards"), (plan.ann, "--ann")):
+            if wanted:
+                raise RBenchError(f"{flag} needs an embedding ranker; {plan.ranker!r} scores with its own score()")
+        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
+                          topk=plan.topk, progress=progress(desc, len(test)))
+        return result, None
+    if plan.ray_shards and test.candidates is not None:
+        raise RBenchError("--ray-shards splits a shared pool; this task gives each query its own candidate list")
+    t0 = time.perf_counter()
+    emb = encode_pool(ranker, pool)
+    index_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    qv = encode_queries(ranker, test, emb.shape[1], plan.batch_size,
+                        progress(f"{plan.ranker}: encoding {len(test):,} queries", len(test)))
+    tick = progress(desc, len(test))
+    if plan.ray_shards:
+        result = _on_ray(plan, emb, qv, test)
+        tick(len(test))
+    else:
+        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
+                          topk=plan.topk, progress=tick,
+                          scorer=vector_scorer(emb, qv, test, ranker.name, pool_checked=True))
+    score_s = time.perf_counter() - t0
+    result.timings = {"index_s": index_s, "score_s": score_s, "per_query_ms": 1000.0 * score_s / max(len(test), 1)}
+    return result, (_measure_ann(plan, emb, qv, test) if plan.ann else None)
+
+
+def _on_ray(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> EvalResult:
+    """Ray mode (``rbench.distributed``): the candidate matrix goes to the workers as a file (its
+    own memory-mapped ``.npy`` or sharded directory; otherwise written once under RBENCH_HOME,
+    which must be shared storage on a cluster), the query vectors as an array."""
     import tempfile
 
     from rbench.distributed import evaluate_sharded
-    from rbench.engine import is_embedding_ranker
     from rbench.sharded import ShardedArray
 
-    if not is_embedding_ranker(ranker):
-        raise RBenchError(f"--ray-shards needs an embedding ranker; {opts.ranker!r} scores with its own score()")
-    if data.test.candidates is not None:
-        raise RBenchError("--ray-shards splits a shared pool; this task gives each query its own candidate list")
-    t0 = time.perf_counter()
-    emb = ranker.encode_pool(data.pool)
-    index_s = time.perf_counter() - t0
     scratch = paths.cache_dir("ray")
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
@@ -216,34 +397,15 @@ def _evaluate_on_ray(ranker: Any, data: TaskData, opts: RunOptions) -> Any:
                 out[a : a + 262144] = np.asarray(emb[a : a + 262144], dtype=np.float32)
             out.flush()
             del out
-        t0 = time.perf_counter()
-        qv = np.concatenate([np.asarray(ranker.encode_queries(b), dtype=np.float32)
-                             for _, b in data.test.batches(opts.batch_size)])
-        result = evaluate_sharded(source, qv, data.test, opts.ray_shards, batch_size=opts.batch_size,
-                                  chunk_size=opts.chunk_size)
-    score_s = time.perf_counter() - t0
-    result.timings = {"index_s": index_s, "score_s": score_s,
-                      "per_query_ms": 1000.0 * score_s / max(len(data.test), 1)}
-    return result
+        return evaluate_sharded(source, qv, test, plan.ray_shards, topk=plan.topk, batch_size=plan.batch_size,
+                                chunk_size=plan.chunk_size)
 
 
-def _measure_ann(ranker: Any, data: TaskData, opts: RunOptions) -> dict[str, Any]:
-    """Build a faiss index over the ranker's candidate vectors and measure it on <= 1000 queries."""
+def _measure_ann(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> dict[str, Any]:
+    """A faiss index over the candidate vectors, measured on <= 1000 of the test queries."""
     from rbench import ann
-    from rbench.engine import is_embedding_ranker
 
-    if not is_embedding_ranker(ranker):
-        raise RBenchError(f"--ann needs an embedding ranker; {opts.ranker!r} scores with its own score()")
-    rows = np.arange(len(data.test))
+    rows = np.arange(len(test))
     if len(rows) > 1000:
-        rows = np.sort(np.random.default_rng(opts.seed).choice(rows, size=1000, replace=False))
-    sample = data.test.take(rows)
-    emb = ranker.encode_pool(data.pool)
-    qv = np.asarray(ranker.encode_queries(sample), dtype=np.float32)
-    return ann.measure(emb, qv, list(sample.positives), opts.ann, seed=opts.seed)
-
-
-def _task_options_of(spec: Any, task_sets: dict[str, str]) -> Any:
-    from rbench.tasks.registry import task_options
-
-    return task_options(spec, task_sets)
+        rows = np.sort(np.random.default_rng(plan.seed).choice(rows, size=1000, replace=False))
+    return ann.measure(emb, qv[rows], [test.positives[int(i)] for i in rows], plan.ann, seed=plan.seed)

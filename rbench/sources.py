@@ -65,6 +65,7 @@ from pathlib import Path, PurePosixPath
 from typing import Any
 
 from rbench import paths
+from rbench.api import RemoteFile, TaskSpec
 from rbench.errors import RBenchError
 from rbench.hashing import file_sha256 as sha256_of
 
@@ -77,82 +78,12 @@ class DownloadError(RBenchError):
     """A transfer failed (unreachable host, HTTP error, interrupted body, checksum mismatch)."""
 
 
-@dataclass(frozen=True)
-class RemoteFile:
-    """One public file of a task. ``urls[0]`` is tried first, the rest are mirrors."""
-
-    filename: str
-    urls: tuple[str, ...]
-    sha256: str | None = None  # None: no published checksum (not checked; recorded after download)
-    size: int | None = None  # bytes, when known
-    extract: bool = False  # an archive to unpack into the raw folder
-    note: str = ""
-
-
-# --------------------------------------------------------------------------------------------
-# the per-task table of direct public URLs
-# --------------------------------------------------------------------------------------------
-
-_ESCI_COMMIT = "7e0e3073f5ca36c0b5ff79e847cf99a74597645d"
-_ESCI = f"https://github.com/amazon-science/esci-data/raw/{_ESCI_COMMIT}/shopping_queries_dataset"
-_ESCI_MAIN = "https://github.com/amazon-science/esci-data/raw/main/shopping_queries_dataset"
-_SNAP14 = "https://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
-_AMZ23 = "https://mcauleylab.ucsd.edu/public_datasets/data/amazon_2023/raw"
-_AMZ23_MIRROR = "https://datarepo.eng.ucsd.edu/mcauley_group/data/amazon_2023/raw"
-
-
-def _amazon14(category: str) -> tuple[RemoteFile, ...]:
-    return (
-        RemoteFile(f"reviews_{category}_5.json.gz", (f"{_SNAP14}/reviews_{category}_5.json.gz",),
-                   note="Amazon 2014 5-core reviews (McAuley lab); no published checksum"),
-        RemoteFile(f"meta_{category}.json.gz", (f"{_SNAP14}/meta_{category}.json.gz",),
-                   note="Amazon 2014 item metadata (McAuley lab); no published checksum"),
-    )
-
-
-def _amazon23(category: str) -> tuple[RemoteFile, ...]:
-    return (
-        RemoteFile(f"{category}.jsonl.gz", (f"{_AMZ23}/review_categories/{category}.jsonl.gz",
-                                            f"{_AMZ23_MIRROR}/review_categories/{category}.jsonl.gz"),
-                   note="Amazon Reviews 2023 (McAuley lab); no published checksum"),
-        RemoteFile(f"meta_{category}.jsonl.gz", (f"{_AMZ23}/meta_categories/meta_{category}.jsonl.gz",
-                                                 f"{_AMZ23_MIRROR}/meta_categories/meta_{category}.jsonl.gz"),
-                   note="Amazon Reviews 2023 item metadata; no published checksum"),
-    )
-
-
-SOURCES: dict[str, tuple[RemoteFile, ...]] = {
-    "rec-movie": (
-        RemoteFile("ml-1m.zip", ("https://files.grouplens.org/datasets/movielens/ml-1m.zip",),
-                   sha256="a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
-                   extract=True, note="MovieLens 1M (GroupLens); md5 c4d9eecfca2ab87c1945afe126590906"),
-    ),
-    "esci": (
-        RemoteFile("shopping_queries_dataset_examples.parquet",
-                   (f"{_ESCI}/shopping_queries_dataset_examples.parquet",
-                    f"{_ESCI_MAIN}/shopping_queries_dataset_examples.parquet"),
-                   sha256="4a735b693b4a424a6fc67f5be6e4c811495c488bbf66d02a602d308b2744263a", size=51286808,
-                   note="ESCI examples (Git LFS object, sha256 from its pointer)"),
-        RemoteFile("shopping_queries_dataset_products.parquet",
-                   (f"{_ESCI}/shopping_queries_dataset_products.parquet",
-                    f"{_ESCI_MAIN}/shopping_queries_dataset_products.parquet"),
-                   sha256="25124442d064d64b26f74082d6fa09438d679efc0c183cf28d19064a2b65a265", size=1108857465,
-                   note="ESCI products (Git LFS object, sha256 from its pointer)"),
-    ),
-    "rec-toy": _amazon14("Toys_and_Games"),
-    "rec-music": _amazon14("CDs_and_Vinyl"),
-    "rec-clothing": _amazon23("Clothing_Shoes_and_Jewelry"),
-}
-
-
-def remote_files(task: str) -> tuple[RemoteFile, ...]:
-    """The task's download table, or a clear error naming how else to get the data."""
-    if task in SOURCES:
-        return SOURCES[task]
-    from rbench.tasks.registry import get_task
-
-    spec = get_task(task)  # unknown names get the registry's "did you mean"
-    raise RBenchError(f"task {task!r} has no direct public download; {spec.how_to_get}")
+def remote_files(spec: TaskSpec) -> tuple[RemoteFile, ...]:
+    """The task's directly downloadable files (declared in its spec's sources), or a clear error
+    naming how else to get the data."""
+    if not spec.downloads:
+        raise RBenchError(f"task {spec.name!r} has no direct public download; {spec.how_to_get}")
+    return spec.downloads
 
 
 def downloads_dir(task: str) -> Path:
@@ -575,10 +506,10 @@ def install(task: str, files: list[tuple[RemoteFile, Path]]) -> Path:
     return raw
 
 
-def download_task(task: str, *, force: bool = False,
+def download_task(spec: TaskSpec, *, force: bool = False,
                   progress: Callable[[RemoteFile], Progress | None] | None = None) -> Path:
-    """Fetch every file of ``task`` (cached, checksummed, resumable) and install it into raw_dir."""
+    """Fetch every file of the task (cached, checksummed, resumable) and install it into raw_dir."""
     got = []
-    for rf in remote_files(task):
-        got.append((rf, fetch(task, rf, force=force, progress=progress(rf) if progress else None)))
-    return install(task, got)
+    for rf in remote_files(spec):
+        got.append((rf, fetch(spec.name, rf, force=force, progress=progress(rf) if progress else None)))
+    return install(spec.name, got)

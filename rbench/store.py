@@ -1,18 +1,19 @@
 """The prepared-data cache: a loaded task is written once and memory-mapped on every later load.
 
-``load_cached(spec, options, seed, loader)`` returns the task from
-``rbench.paths.prepared_dir(task)/<key>/`` when that entry exists, else calls ``loader``, writes
+``load_cached(task, options, seed)`` returns the task from
+``rbench.paths.prepared_dir(task)/<key>/`` when that entry exists, else calls its family's
+``load``, writes
 the entry and returns it read back from disk (so a first load and a cached load return the same
 types and values).
 
 The key (sha256 of a JSON record, first 20 hex digits) covers everything the result depends on:
 
 - ``STORE_VERSION`` and the rbench version (the on-disk layout);
-- the task name and its loader reference;
+- the task name and its family's name;
 - ``repr(options)`` (the task-options dataclass, every field) and the seed;
-- the raw input files: every non-hidden file under the task's input folder (``raw_dir(task)``;
-  an imported task's ``RBENCH_HOME/imported/<name>/``; a loader module may name others with
-  ``input_paths(spec) -> list[Path]``), walked recursively and through symlinks, each as its
+- the raw input files: every non-hidden file under the folders the family names
+  (``TaskFamily.inputs``: ``raw_dir(task)`` by default; an imported task's
+  ``RBENCH_HOME/imported/<name>/``), walked recursively and through symlinks, each as its
   relative path, size and, for files under ``CONTENT_HASH_LIMIT`` (64 MiB), the sha256 of its
   content; larger files contribute their modification time (ns) instead. Small files are hashed
   because tools that copy files often preserve mtimes (``cp -p``, ``rsync -a``, archive
@@ -20,12 +21,13 @@ The key (sha256 of a JSON record, first 20 hex digits) covers everything the res
   a second. Multi-GB files (Amazon 2023 reviews) are not read on every load: a rewritten large
   file with identical size and mtime would be missed, which copying tools do not produce
   for changed content;
-- the source code of the task layer (``rbench/api.py`` and ``rbench/tasks/*.py``): a fixed loader
+- the source code of the task layer (``rbench/api.py``, ``rbench/columns.py`` and
+  ``rbench/tasks/*.py``): a fixed loader
   bug must not be hidden by an entry it wrote. Editing that code therefore re-prepares.
 
 When an entry is written, older entries of the same task that were built from different inputs,
 code or layout (they can never be hit again) are deleted; entries for other options or seeds
-stay. ``RBENCH_PREPARED_CACHE=0`` bypasses the cache (the loader is called every time).
+stay. ``RBENCH_PREPARED_CACHE=0`` bypasses the cache (the family loads every time).
 
 Layout of an entry (written into a temporary folder, then renamed into place: a reader never
 sees a half-written entry, and of two concurrent writers the first rename wins):
@@ -33,15 +35,15 @@ sees a half-written entry, and of two concurrent writers the first rename wins):
 - ``manifest.json``: key material, sizes, ``TaskData.info``, per-split flags and ``Queries.meta``;
 - ``pool.arrow``: ids, texts and (variant pools) domains, as an uncompressed Arrow IPC (Feather
   v2) file. Parquet would be smaller on disk but must be decoded into memory on every load; the
-  IPC file is memory-mapped, so a pool above ``LAZY_POOL_THRESHOLD`` candidates (500,000) keeps
-  its texts on disk (``ArrowTexts``, fetched by index, as ``Pool.texts`` allows) and only the ids
+  IPC file is memory-mapped, so a pool above ``ARROW_MIN_ROWS`` candidates (500,000) keeps
+  its texts on disk (``ArrowTextColumn``, fetched by index, as ``Pool.texts`` allows) and only the ids
   are materialised. Smaller pools get a NumPy object array, like a fresh load;
 - ``<split>.arrow``: query ids, texts, prompts and user ids (the string columns);
 - ``<split>.<field>.offsets.npy`` / ``.values.npy``: positives, grades, history, exclude (Ragged)
   and ``<split>.candidates.npy``; arrays of 1 MiB or more are memory-mapped read-only on load
   (a ranker that writes into them fails loudly instead of corrupting the cache);
 - ``titles-<k>.arrow``: recommendation query texts are the lazy column
-  ``rbench.tasks.recsys.HistoryTexts(history, titles, template)``; its titles (and template) are
+  ``rbench.columns.HistoryTexts(history, titles, template)``; its titles (and template) are
   stored and the lazy column is rebuilt on load, so millions of training windows never become
   strings.
 
@@ -58,26 +60,24 @@ import os
 import shutil
 import time
 import warnings
-from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from rbench import __version__, paths
-from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
+from rbench.columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 from rbench.hashing import file_sha256 as _file_sha256
-from rbench.tasks.spec import TaskSpec
+from rbench.tasks.family import Task
 
 STORE_VERSION = 1
 CONTENT_HASH_LIMIT = 64 << 20
-LAZY_POOL_THRESHOLD = 500_000
 MMAP_MIN_BYTES = 1 << 20
 MATERIALISE_LIMIT = 2_000_000  # an unknown lazy query-text column longer than this is not cached
 SPLITS = ("train", "valid", "test")
 RAGGED_FIELDS = ("positives", "grades", "history", "exclude")
 
-Loader = Callable[[TaskSpec, Any, int], TaskData]
 
 
 class Unsupported(Exception):
@@ -85,73 +85,8 @@ class Unsupported(Exception):
 
 
 # --------------------------------------------------------------------------------------------
-# lazy text column
-# --------------------------------------------------------------------------------------------
-
-
-class ArrowTexts(Sequence):
-    """Texts held in a (memory-mapped) Arrow string array, converted to ``str`` on access."""
-
-    def __init__(self, array: Any, source: tuple[str, str] | None = None) -> None:
-        import pyarrow as pa
-
-        if isinstance(array, pa.ChunkedArray):
-            array = array.combine_chunks() if array.num_chunks != 1 else array.chunk(0)
-        self.array, self.source = array, source
-
-    @classmethod
-    def from_file(cls, path: str, column: str) -> ArrowTexts:
-        return cls(_read_arrow(Path(path)).column(column), source=(str(path), column))
-
-    def __reduce__(self) -> Any:
-        """Pickled as its (Arrow IPC file, column) when it has one: a worker (``rbench.distributed``)
-        memory-maps the same file instead of receiving millions of strings."""
-        if self.source is not None:
-            return (ArrowTexts.from_file, self.source)
-        return (ArrowTexts, (self.array,))
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
-        if isinstance(i, slice):
-            start, stop, step = i.indices(len(self))
-            if step == 1:
-                return self.array.slice(start, max(stop - start, 0)).to_pylist()
-            i = np.arange(start, stop, step)
-        if isinstance(i, (int, np.integer)):
-            j = int(i)
-            if j < 0:
-                j += len(self)
-            if not 0 <= j < len(self):
-                raise IndexError(f"text index {int(i)} out of range for {len(self)} texts")
-            return self.array[j].as_py()
-        idx = np.asarray(i, dtype=np.int64)
-        return np.asarray(self.array.take(idx).to_pylist(), dtype=object)
-
-    def to_arrow(self) -> Any:
-        return self.array
-
-
-# --------------------------------------------------------------------------------------------
 # the key
 # --------------------------------------------------------------------------------------------
-
-
-def input_paths(spec: TaskSpec) -> list[Path]:
-    """Where the task's raw inputs live (see module doc)."""
-    import importlib
-
-    module = spec.loader.partition(":")[0]
-    try:
-        hook = getattr(importlib.import_module(module), "input_paths", None)
-    except ImportError:
-        hook = None
-    if callable(hook):
-        return [Path(p) for p in hook(spec)]
-    if spec.loader.startswith("rbench.tasks.generic:"):
-        return [paths.home() / "imported" / spec.name]
-    return [paths.raw_dir(spec.name)]
 
 
 def _walk(root: Path) -> list[tuple[str, Path]]:
@@ -176,9 +111,9 @@ def _walk(root: Path) -> list[tuple[str, Path]]:
 
 
 
-def input_signature(spec: TaskSpec) -> list[list[Any]]:
+def input_signature(task: Task) -> list[list[Any]]:
     rows: list[list[Any]] = []
-    for k, root in enumerate(input_paths(spec)):
+    for k, root in enumerate(task.family.inputs(task.spec)):
         if not root.exists():
             rows.append([k, str(root), "missing"])
             continue
@@ -198,15 +133,15 @@ def code_signature() -> str:
     """sha256 over the task layer's source files (see module doc)."""
     root = Path(__file__).resolve().parent
     h = hashlib.sha256()
-    for p in [root / "api.py", *sorted((root / "tasks").glob("*.py"))]:
+    for p in [root / "api.py", root / "columns.py", *sorted((root / "tasks").glob("*.py"))]:
         h.update(p.name.encode())
         h.update(p.read_bytes())
     return h.hexdigest()
 
 
-def key_material(spec: TaskSpec, options: Any, seed: int) -> dict[str, Any]:
-    return {"store_version": STORE_VERSION, "rbench": __version__, "task": spec.name, "loader": spec.loader,
-            "options": repr(options), "seed": int(seed), "inputs": input_signature(spec),
+def key_material(task: Task, options: Any, seed: int) -> dict[str, Any]:
+    return {"store_version": STORE_VERSION, "rbench": __version__, "task": task.name, "family": task.family.name,
+            "options": repr(options), "seed": int(seed), "inputs": input_signature(task),
             "code": code_signature()}
 
 
@@ -246,7 +181,7 @@ def _string_array(values: Any, what: str) -> Any:
     """Any text column -> pyarrow large_string array (refusing non-string values)."""
     import pyarrow as pa
 
-    if callable(getattr(values, "to_arrow", None)):  # ArrowTexts, recsys.ArrowTextColumn, ...
+    if callable(getattr(values, "to_arrow", None)):  # ArrowTextColumn, recsys.ArrowTextColumn, ...
         values = values.to_arrow()
     if isinstance(values, (pa.Array, pa.ChunkedArray)):
         if not (pa.types.is_string(values.type) or pa.types.is_large_string(values.type)):
@@ -277,22 +212,13 @@ def _save_npy(path: Path, arr: np.ndarray) -> None:
     np.save(path, np.ascontiguousarray(arr), allow_pickle=False)
 
 
-def _history_texts_class() -> type | None:
-    try:
-        from rbench.tasks.recsys import HistoryTexts
-    except ImportError:  # pragma: no cover - recsys ships with rbench
-        return None
-    return HistoryTexts
-
-
 class _Writer:
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.titles: dict[int, str] = {}  # id(titles array) -> file name, shared across splits
 
     def lazy_texts(self, col: Any, q: Queries, split: str, name: str) -> dict[str, Any] | None:
-        cls = _history_texts_class()
-        if cls is None or not isinstance(col, cls):
+        if not isinstance(col, HistoryTexts):
             return None
         titles = col.titles
         if id(titles) not in self.titles:
@@ -378,12 +304,6 @@ def sizes_of(manifest: dict[str, Any]) -> dict[str, Any]:
 # --------------------------------------------------------------------------------------------
 
 
-def _read_arrow(path: Path) -> Any:
-    import pyarrow as pa
-
-    return pa.ipc.open_file(pa.memory_map(str(path), "r")).read_all()
-
-
 def _strings(table: Any, name: str, kind: str = "O") -> np.ndarray:
     arr = table.column(name).to_numpy(zero_copy_only=False)
     arr = np.asarray(arr, dtype=object)
@@ -410,18 +330,15 @@ class _Reader:
             return None
         if info["kind"] == "column":
             return table.column(name).to_pylist()
-        cls = _history_texts_class()
-        if cls is None:  # pragma: no cover
-            raise Unsupported("HistoryTexts is not importable")
         fname = info["titles"]
         if fname not in self.titles:
-            self.titles[fname] = _strings(_read_arrow(self.folder / fname), "titles")
+            self.titles[fname] = _strings(read_arrow(self.folder / fname), "titles")
         name_h = info["history"]
         history = ragged[name_h] if name_h in ragged else self.ragged(split, name_h)
-        return cls(history, self.titles[fname], info["template"])
+        return HistoryTexts(history, self.titles[fname], info["template"])
 
     def queries(self, split: str, info: dict[str, Any]) -> Queries:
-        table = _read_arrow(self.folder / f"{split}.arrow")
+        table = read_arrow(self.folder / f"{split}.arrow")
         ragged = {name: self.ragged(split, name) for name in info["ragged"]}
         return Queries(
             ids=_strings(table, "ids", info["ids_kind"]),
@@ -438,9 +355,9 @@ class _Reader:
         )
 
     def pool(self, info: dict[str, Any]) -> Pool:
-        table = _read_arrow(self.folder / "pool.arrow")
-        texts: Any = ArrowTexts(table.column("texts"), source=(str(self.folder / "pool.arrow"), "texts")) \
-            if info["n"] > LAZY_POOL_THRESHOLD \
+        table = read_arrow(self.folder / "pool.arrow")
+        texts: Any = ArrowTextColumn(table.column("texts"), source=(str(self.folder / "pool.arrow"), "texts")) \
+            if info["n"] > ARROW_MIN_ROWS \
             else _strings(table, "texts")
         domains = _strings(table, "domains") if info["domains"] else None
         return Pool(ids=_strings(table, "ids", info["ids_kind"]), texts=texts, domains=domains,
@@ -483,11 +400,12 @@ def _prune(task_dir: Path, keep: str, current_lineage: str) -> None:
             shutil.rmtree(d, ignore_errors=True)
 
 
-def load_cached(spec: TaskSpec, options: Any, seed: int, loader: Loader) -> TaskData:
+def load_cached(task: Task, options: Any, seed: int) -> TaskData:
     """The task from its prepared entry, preparing it first when there is none (module doc)."""
+    spec, loader = task.spec, task.family.load
     if not enabled():
         return loader(spec, options, seed)
-    material = key_material(spec, options, seed)
+    material = key_material(task, options, seed)
     key = cache_key(material)
     task_dir = paths.prepared_dir(spec.name)
     entry = task_dir / key

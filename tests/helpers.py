@@ -45,3 +45,16 @@ class TableRanker(BaseRanker):
         if candidates.ndim == 1:
             return self.table[np.ix_(rows, candidates)]
         return np.take_along_axis(self.table[rows], candidates, axis=1)
+
+
+def with_downloads(monkeypatch, name: str, files) -> None:
+    """Point built-in task ``name``'s download files at ``files`` (e.g. a loopback server)."""
+    import dataclasses
+
+    from rbench.api import Source
+    from rbench.tasks import registry
+
+    task = registry.BUILTIN[name]
+    spec = dataclasses.replace(task.spec, sources=(Source("test files", "http://127.0.0.1/", "test",
+                                                          files=tuple(files)),))
+    monkeypatch.setitem(registry.BUILTIN, name, dataclasses.replace(task, spec=spec))

@@ -7,8 +7,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.tasks.spec import PROMPTS, TaskSpec
+from rbench.api import PROMPTS, Pool, Queries, Ragged, TaskData, TaskSpec
 
 WORDS = [f"w{i}" for i in range(120)] + (
     "Task Recommendation Query Based on the global context information candidate items and query above "
@@ -62,7 +61,7 @@ def build_tiny_bert(dest: Path, hidden: int = 32) -> Path:
 
 
 SPEC = TaskSpec(name="toy-lranker", title="toy", scenario="large", domain="recommendation", description="",
-                paper_candidates=None, paper_queries=None, sources=(), license="", loader="x:y", how_to_get="")
+                paper_candidates=None, paper_queries=None, sources=(), license="", how_to_get="")
 
 
 def toy_pool(n: int = 40) -> Pool:

@@ -8,10 +8,9 @@ import sys
 import numpy as np
 import pytest
 
-from rbench.api import Ragged
+from rbench.api import PROMPTS, Ragged
 from rbench.errors import RBenchError
-from rbench.tasks import PROMPTS, get_task
-from rbench.tasks.registry import PAPER_TASKS
+from rbench.tasks.registry import get_task, paper_tasks
 
 PAPER_SIZES = {"rec-music": (20, 12483), "routing-balance": (20, 1620), "rec-movie": (3884, 4167),
                "rec-toy": (11925, 19413), "msmarco": (24697, 3038), "esci": (4000, 3999),
@@ -30,7 +29,7 @@ def test_ragged_roundtrip_and_take():
 
 
 def test_all_paper_tasks_declared_with_paper_sizes():
-    assert set(PAPER_TASKS) == set(PAPER_SIZES)
+    assert set(paper_tasks()) == set(PAPER_SIZES)
     for name, (cand, nq) in PAPER_SIZES.items():
         spec = get_task(name)
         assert (spec.paper_candidates, spec.paper_queries) == (cand, nq)
@@ -51,3 +50,16 @@ def test_listing_does_not_import_heavy_packages():
             "if m in sys.modules]; print('HEAVY', heavy); sys.exit(1 if heavy else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stdout[-500:] + res.stderr[-2000:]
+
+
+def test_a_task_declared_twice_is_refused_and_the_order_is_the_papers():
+    from rbench.errors import RBenchError
+    from rbench.tasks import recsys, registry
+
+    with pytest.raises(RBenchError, match="declared twice"):
+        registry.build((recsys.FAMILY, recsys.RecommendationFamily(specs=recsys.SPECS[:1])))
+    assert list(registry.TASKS)[0] == "ml-100k"
+    assert registry.paper_tasks() == ("rec-music", "routing-balance", "rec-movie", "rec-toy", "msmarco", "esci",
+                                      "rec-clothing")
+    for name, task in registry.BUILTIN.items():  # every built-in task resolves to the family serving it
+        assert task.spec in task.family.specs() and registry.resolve(name) is task

@@ -10,9 +10,9 @@ import os
 import pandas as pd
 import pytest
 
-from rbench import paths, sources
+from rbench import paths
+from rbench.api import RemoteFile
 from rbench.cli import main
-from rbench.sources import RemoteFile
 
 
 def write_esci_files(d, n_queries: int = 12) -> None:
@@ -106,7 +106,9 @@ def test_download_then_prepare_from_the_loopback_server(capsys, monkeypatch, tmp
             body = (files / name).read_bytes()
             server.files[f"/{name}"] = body
             table.append(RemoteFile(name, (server.url(f"/{name}"),), sha256=hashlib.sha256(body).hexdigest()))
-        monkeypatch.setitem(sources.SOURCES, "esci", tuple(table))
+        from tests.helpers import with_downloads
+
+        with_downloads(monkeypatch, "esci", table)
         code, out, err = run(capsys, "data", "download", "esci", "--quiet")
         assert code == 0, err
         assert "installed into" in out and f"sha256 {table[0].sha256} (checked)" in out

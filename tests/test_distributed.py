@@ -169,13 +169,13 @@ def test_ray_embedding_in_order_and_resumable(tmp_path, cluster, backend):
 def test_arrow_texts_pickle_as_their_file(tmp_path):
     import pyarrow as pa
 
-    from rbench.store import ArrowTexts
+    from rbench.columns import ArrowTextColumn
 
     path = tmp_path / "pool.arrow"
     table = pa.table({"texts": [f"text {i}" for i in range(2000)]})
     with pa.ipc.new_file(str(path), table.schema) as w:
         w.write_table(table)
-    texts = ArrowTexts.from_file(str(path), "texts")
+    texts = ArrowTextColumn.from_file(str(path), "texts")
     blob = pickle.dumps(texts)
     assert len(blob) < 500 and pickle.loads(blob)[1500:1502] == ["text 1500", "text 1501"]
 

@@ -7,14 +7,13 @@ import dataclasses
 import numpy as np
 
 from rankers.floors import PopularityRanker, RandomRanker
-from rbench.api import RunContext, TaskData
+from rbench.api import RunContext, TaskData, TaskSpec
 from rbench.engine import evaluate
 from rbench.metrics import aggregate, per_query
-from rbench.tasks.spec import TaskSpec
 from tests.helpers import make_pool, make_queries
 
 SPEC = TaskSpec(name="toy", title="toy", scenario="large", domain="recommendation", description="",
-                paper_candidates=None, paper_queries=None, sources=(), license="", loader="x:y", how_to_get="")
+                paper_candidates=None, paper_queries=None, sources=(), license="", how_to_get="")
 
 
 def _task(train_pos, valid_pos, test_pos, n_pool=10) -> TaskData:

@@ -5,18 +5,27 @@ from __future__ import annotations
 import numpy as np
 
 from rbench.leaderboard import build, to_csv, to_json, to_markdown
-from rbench.results import RunRecord, per_query_bytes, record_path, write_run
+from rbench.pools import Variant
+from rbench.results import ColumnKey, RowKey, RunRecord, per_query_bytes, record_path, write_run
+
+ML = ColumnKey("ml-100k")
 
 
-def _write(res, ranker, task, rr_values, scenario="large", variant="original", ranker_info=None):
+def _write(res, ranker, task, rr_values, scenario="large", variant="original", ranker_info=None, options=None,
+           label=None, task_options=None, created="2026-11-22T00:00:00+00:00"):
+    from rbench.config import config_hash
+
     rr = np.asarray(rr_values, dtype=float)
     values = {"nDCG@10": rr * 0.9, "RR": rr, "R@10": (rr > 0.1).astype(float), "R@100": np.ones_like(rr)}
+    diff = {k: v for k, v in (("ranker", options), ("task", task_options)) if v}
     rec = RunRecord(task=task, variant=variant, scenario=scenario, task_fingerprint="f", ranker={"name": ranker,
-                    "version": "1", "config": {}}, seed=0, n_queries=len(rr),
+                    "version": "1", "config": dict(options or {}), **({"label": label} if label else {})},
+                    seed=0, n_queries=len(rr),
                     metrics={k: float(v.mean()) for k, v in values.items()}, timings={}, peak_rss_bytes=0,
-                    created="2026-11-22T00:00:00+00:00", ranker_info=ranker_info or {})
+                    created=created, ranker_info=ranker_info or {}, run_options={"non_default": diff},
+                    config_hash=config_hash(diff) if diff else "")
     key = task if variant == "original" else f"{task}~{variant}"
-    write_run(rec, record_path(res, scenario, key, ranker, ""), per_query_bytes(
+    write_run(rec, record_path(res, scenario, key, ranker, rec.config_hash), per_query_bytes(
         np.array([f"q{i}" for i in range(len(rr))]), values, np.ones(len(rr), dtype=int)))
 
 
@@ -28,14 +37,14 @@ def test_marks(tmp_path):
     _write(tmp_path, "close", "ml-100k", np.clip(base + 0.2 + rng.normal(0, 0.01, 400), 0, 1) - 0.0005)
     _write(tmp_path, "weak", "ml-100k", base * 0.5)                         # below popularity
     lb = build(tmp_path, "large")
-    assert lb.rows[0] == "pop"  # floors first
+    assert lb.rows[0] == RowKey("pop") and lb.label(lb.rows[0]) == "pop"  # floors first
     marks = lb.rank_marks()
-    assert marks[("strong", "ml-100k", "RR")] == "best"
-    assert marks[("close", "ml-100k", "RR")] == "second"
-    assert lb.below_pop() == {("weak", "ml-100k")}
+    assert marks[(RowKey("strong"), ML, "RR")] == "best"
+    assert marks[(RowKey("close"), ML, "RR")] == "second"
+    assert lb.below_pop() == {(RowKey("weak"), ML)}
     sig = lb.significance()
-    assert sig[("weak", "ml-100k", "RR")] < 0.05 and sig[("pop", "ml-100k", "RR")] < 0.05
-    assert sig[("close", "ml-100k", "RR")] > 0.05
+    assert sig[(RowKey("weak"), ML, "RR")] < 0.05 and sig[(RowKey("pop"), ML, "RR")] < 0.05
+    assert sig[(RowKey("close"), ML, "RR")] > 0.05
     md = to_markdown(lb)
     assert "| strong | **" in md and "<u>" in md and "▽" in md and "| *test queries* | 400 | 400 |" in md
     weak_row = next(line for line in md.splitlines() if line.startswith("| weak |"))
@@ -47,8 +56,9 @@ def test_marks(tmp_path):
 def test_variant_tables_are_separate(tmp_path):
     _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
     _write(tmp_path, "pop", "ml-100k", [0.1, 0.1], variant="mixed")
-    assert build(tmp_path, "large").tasks == ["ml-100k"]
-    assert build(tmp_path, "large", "mixed").tasks == ["ml-100k~mixed"]
+    assert build(tmp_path, "large").tasks == [ML]
+    mixed = build(tmp_path, "large", "mixed")
+    assert mixed.tasks == [ColumnKey("ml-100k", Variant("mixed"))] and mixed.label(mixed.tasks[0]) == "ml-100k~mixed"
     assert build(tmp_path, "small").rows == []
 
 
@@ -60,7 +70,7 @@ def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
     md = to_markdown(lb, paper=True)
     main_part, ref_part = md.split("## Reference", 1)
     assert "LRanker" not in main_part and "| LRanker | 8.02 | 7.80 |" in ref_part and "A6000" in ref_part
-    assert ("SASRec", "ml-100k", "RR", 3.84) in paper_reference("large", "original", ["ml-100k"])
+    assert ("SASRec", ML, "RR", 3.84) in paper_reference("large", "original", [ML])
     assert "## Reference" not in to_markdown(lb)
 
 
@@ -82,7 +92,7 @@ def test_variant_table_shows_relative_mrr_change(tmp_path):
     _write(tmp_path, "pop", "ml-100k", [0.5, 0.3])            # MRR 0.4
     _write(tmp_path, "pop", "ml-100k", [0.3, 0.1], variant="mixed")  # MRR 0.2 -> -50%
     lb = build(tmp_path, "large", "mixed")
-    assert lb.deltas[("pop", "ml-100k~mixed")] == -0.5
+    assert lb.deltas[(RowKey("pop"), ColumnKey("ml-100k", Variant("mixed")))] == -0.5
     md = to_markdown(lb)
     assert "Δ MRR" in md and "-50.0%" in md
     assert "-50.00" in to_csv(lb)
@@ -155,3 +165,48 @@ def test_records_without_budgets_show_no_footnote(tmp_path):
     lb = build(tmp_path, "large")
     assert "Training budgets" not in to_markdown(lb) and rich_budget_table(lb) is None
     assert to_csv(lb).splitlines()[0].endswith("selection")
+
+
+def test_rows_are_configurations_and_labels_come_from_the_records(tmp_path, monkeypatch):
+    """Rows key on (ranker, non-default options), never on the rendered name: two configurations
+    whose stored labels coincide both show (told apart by their option hashes); one
+    configuration on two test sets is one row; no plugin is imported to name a row."""
+    from rbench import plugins
+
+    def no_import(name):
+        raise AssertionError(f"the leaderboard imported plugin {name!r}")
+
+    monkeypatch.setattr(plugins, "load_ranker_class", no_import)
+    same = "ghost (preset=cpu)"  # a plugin that is not installed, naming its own configurations
+    _write(tmp_path, "ghost", "ml-100k", [0.5, 0.3], options={"preset": "cpu", "sim": "dot"}, label=same,
+           created="2026-11-22T01:00:00+00:00")
+    _write(tmp_path, "ghost", "ml-100k", [0.2, 0.2], options={"preset": "cpu", "sim": "cos"}, label=same)
+    _write(tmp_path, "ghost", "msmarco", [0.9, 0.7], options={"preset": "cpu", "sim": "cos"}, label=same,
+           task_options={"split": "test"})
+    lb = build(tmp_path, "large")
+    dot, cos = RowKey("ghost", '{"preset": "cpu", "sim": "dot"}'), RowKey("ghost", '{"preset": "cpu", "sim": "cos"}')
+    assert sorted(lb.rows, key=str) == sorted([dot, cos], key=str)
+    assert lb.tasks == [ML, ColumnKey("msmarco", options='{"split": "test"}')]
+    labels = {lb.label(r) for r in lb.rows}
+    assert labels == {f"{same} [{dot.options_hash}]", f"{same} [{cos.options_hash}]"}
+    assert lb.label(lb.tasks[1]) == "msmarco (split=test)"
+    md = to_markdown(lb)
+    assert md.count(f"| {same} [") == 2 and "| 40.00 | 40.00 |" not in md
+    assert f"| {same} [{dot.options_hash}] | **36.00** | **40.00** | – | – |" in md  # its own values
+
+
+def test_variant_tables_key_on_the_parsed_variant(tmp_path):
+    """A table of a kind shows every N of it; one of scaled:30 does not show scaled:300 (no
+    prefix matching); a record holding the raw text (scaled=1_000) is filed under its label."""
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.3])
+    _write(tmp_path, "pop", "ml-100k", [0.4, 0.2], variant="scaled:30")
+    _write(tmp_path, "pop", "ml-100k", [0.3, 0.1], variant="scaled:300")
+    _write(tmp_path, "pop", "ml-100k", [0.2, 0.1], variant="scaled=1_000")
+    every = build(tmp_path, "large", "scaled")
+    assert [every.label(t) for t in every.tasks] == ["ml-100k~scaled:1000", "ml-100k~scaled:30", "ml-100k~scaled:300"]
+    assert every.deltas[(RowKey("pop"), ColumnKey("ml-100k", Variant("scaled", 1000)))] == -0.625
+    one = build(tmp_path, "large", "scaled:30")
+    assert one.tasks == [ColumnKey("ml-100k", Variant("scaled", 30))]
+    spelled = build(tmp_path, "large", "scaled=1_000")
+    assert spelled.tasks == [ColumnKey("ml-100k", Variant("scaled", 1000))] and spelled.variant == "scaled:1000"
+

@@ -22,7 +22,7 @@ from rbench.api import RunContext  # noqa: E402
 from rbench.config import build_config  # noqa: E402
 from rbench.engine import evaluate  # noqa: E402
 from rbench.errors import RBenchError  # noqa: E402
-from rbench.tasks.spec import PLACEHOLDER, PROMPTS  # noqa: E402
+from rbench.api import PLACEHOLDER, PROMPTS  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4

@@ -3,6 +3,8 @@ averaged gradient equals the gradient of the union of their batches."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 import torch
@@ -69,17 +71,37 @@ def test_rank_rows_partition_an_epoch():
 
 
 @pytest.mark.slow
-def test_launcher_single_process_trains_then_evaluates(tmp_path):
-    """The accelerate launcher's code path in one process: train, then rank 0's ordinary run."""
+def test_rbench_run_launched_trains_distributed_then_evaluates(tmp_path, monkeypatch, capsys):
+    """``rbench run`` as one process of a launched run (``torchrun``/``accelerate launch`` set
+    LOCAL_RANK and WORLD_SIZE): LRanker trains with torch.distributed up, process 0 saves the
+    checkpoint and then scores with the trained model and writes the RunRecord."""
     import json
+    import socket
 
-    from rankers.lranker.launch import main
+    import torch.distributed as dist
 
+    from rankers.lranker import train as train_module
+    from rbench.cli import main
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    for key, value in {"RANK": "0", "LOCAL_RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1",
+                       "MASTER_PORT": str(port)}.items():
+        monkeypatch.setenv(key, value)
+    seen = []
+    real_world = train_module.world
+    monkeypatch.setattr(train_module, "world", lambda: (seen.append(dist.is_initialized()), real_world())[1])
     model_dir = build_tiny_qwen(tmp_path / "qwen")
-    main(["--task", "ml-100k", "--set", f"model={model_dir}", "--set", "epochs=1", "--set", "max_train_queries=16",
-          "--set", "select_max_queries=8", "--set", "n_clusters=4", "--set", "assign_dims=0", "--set", "max_length=64",
-          "--set", "candidate_max_length=16", "--set", "tts_widths=2", "--set", "tts_depths=0,1", "--set", "device=cpu",
-          "--max-queries", "16", "--results-dir", str(tmp_path / "res")])
+    sets = [f"model={model_dir}", "epochs=1", "max_train_queries=16", "select_max_queries=8", "n_clusters=4",
+            "assign_dims=0", "max_length=64", "candidate_max_length=16", "tts_widths=2", "tts_depths=0,1",
+            "device=cpu"]
+    code = main(["run", "--ranker", "lranker", "--task", "ml-100k", *[a for s in sets for a in ("--set", s)],
+                 "--max-queries", "16", "-q", "--results-dir", str(tmp_path / "res")])
+    capsys.readouterr()
+    assert code == 0 and seen and all(seen)  # training saw the process group
+    assert not dist.is_initialized()  # left before scoring
     (record,) = (tmp_path / "res").rglob("lranker-*.json")
     rec = json.loads(record.read_text())
-    assert rec["n_queries"] == 16 and rec["ranker_info"]["loaded_checkpoint"] is True  # trained once, reused
+    assert rec["n_queries"] == 16 and rec["ranker_info"]["loaded_checkpoint"] is False  # trained in this run
+    assert (Path(rec["ranker_info"]["checkpoint"]) / "meta.json").exists()  # rank 0 saved it

@@ -10,6 +10,7 @@ import pytest
 
 from rbench import pools, store
 from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.columns import ArrowTextColumn, MergedTexts
 from rbench.errors import RBenchError
 from rbench.tasks.registry import TASKS
 
@@ -35,8 +36,9 @@ def task(name: str = "rec-toy", n: int = 12) -> TaskData:
                     test=make_queries(6, n, 3), info={"source": "synthetic"})
 
 
-DONORS = {"rec-movie": make_pool("rec-movie", 8, "movie"), "msmarco": make_pool("msmarco", 10, "passage"),
-          "esci": make_pool("esci", 6, "product")}
+DONOR_POOLS = {"rec-movie": make_pool("rec-movie", 8, "movie"), "msmarco": make_pool("msmarco", 10, "passage"),
+               "esci": make_pool("esci", 6, "product")}
+DONORS = pools.Donors.of(TASKS.values(), DONOR_POOLS)
 
 
 def texts_of(pool: Pool, idx) -> list[str]:
@@ -120,7 +122,7 @@ def test_scaled_refuses_impossible_sizes_and_no_donors():
     with pytest.raises(RBenchError, match="at least that"):
         pools.apply_variant(task(), "scaled:5", seed=0, donors=DONORS)
     with pytest.raises(RBenchError, match="no other prepared pool"):
-        pools.apply_variant(task(), "scaled:20", seed=0, donors={})
+        pools.apply_variant(task(), "scaled:20", seed=0, donors=pools.Donors.of(TASKS.values(), {}))
     for bad in ("scaled", "scaled:abc", "scaled:0"):
         with pytest.raises(RBenchError, match="scaled"):
             pools.parse_variant(bad)
@@ -145,29 +147,29 @@ def test_small_scenario_and_repeated_variants_are_refused():
 
 def test_missing_donors_are_recorded_and_none_at_all_is_refused():
     with pytest.warns(UserWarning, match="left out"):
-        var = pools.apply_variant(task(), "mixed", seed=0, donors={"esci": DONORS["esci"]})
+        var = pools.apply_variant(task(), "mixed", seed=0, donors=pools.Donors.of(TASKS.values(), {"esci": DONOR_POOLS["esci"]}))
     assert var.info["variant_sources"] == ["rec-toy", "esci"]
     assert set(var.info["variant_skipped"]) == {"rec-movie", "msmarco"}
     with pytest.raises(RBenchError, match="needs at least one of rec-movie"):
         with pytest.warns(UserWarning):
-            pools.apply_variant(task(), "shift", seed=0, donors={"esci": DONORS["esci"]})
+            pools.apply_variant(task(), "shift", seed=0, donors=pools.Donors.of(TASKS.values(), {"esci": DONOR_POOLS["esci"]}))
 
 
 def test_colliding_ids_are_an_error():
     orig = task()
     orig.pool.ids[0] = "rec-movie:p0"
     with pytest.raises(RBenchError, match="occurs twice"):
-        pools.apply_variant(orig, "shift", seed=0, donors={"rec-movie": make_pool("esci", 3, "product")})
+        pools.apply_variant(orig, "shift", seed=0, donors=pools.Donors.of(TASKS.values(), {"rec-movie": make_pool("esci", 3, "product")}))
 
 
 def test_lazy_text_columns_stay_lazy():
     import pyarrow as pa
 
     orig = task()
-    lazy = dataclasses.replace(orig, pool=Pool(ids=orig.pool.ids, texts=store.ArrowTexts(pa.array(list(orig.pool.texts))),
+    lazy = dataclasses.replace(orig, pool=Pool(ids=orig.pool.ids, texts=ArrowTextColumn(pa.array(list(orig.pool.texts))),
                                                name=orig.pool.name, fingerprint=orig.pool.fingerprint))
     var = pools.apply_variant(lazy, "mixed", seed=0, donors=DONORS)
-    assert isinstance(var.pool.texts, pools.MergedTexts)
+    assert isinstance(var.pool.texts, MergedTexts)
     eager = pools.apply_variant(orig, "mixed", seed=0, donors=DONORS)
     assert [var.pool.texts[i] for i in range(len(var.pool))] == list(eager.pool.texts)
     assert list(var.pool.texts[np.array([5, 0, 29])]) == [eager.pool.texts[i] for i in (5, 0, 29)]
@@ -176,14 +178,16 @@ def test_lazy_text_columns_stay_lazy():
 
 def test_registry_donors_come_from_prepared_tasks(tmp_path):
     from rbench import paths
+    from rbench.tasks.registry import BUILTIN, donor_pool
     from tests.test_cli_data import write_esci_files
 
+    donors = pools.Donors(tuple(t.spec for t in BUILTIN.values()), donor_pool(0))
     orig = task("msmarco", n=10)
     with pytest.raises(RBenchError, match="needs at least one of"):
         with pytest.warns(UserWarning):
-            pools.apply_variant(orig, "shift", seed=0)
+            pools.apply_variant(orig, "shift", seed=0, donors=donors)
     write_esci_files(paths.raw_dir("esci"))
-    var = pools.apply_variant(orig, "shift", seed=0)
+    var = pools.apply_variant(orig, "shift", seed=0, donors=donors)
     assert var.info["variant_sources"] == ["msmarco", "esci"]
     n_esci = var.info["variant_counts"]["esci"]
     assert n_esci > 0 and len(var.pool) == 10 + n_esci

@@ -19,15 +19,21 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("recbole")
 
 import rankers.recbole as R  # noqa: E402
-from rbench.api import Pool, Queries, Ragged, RunContext, TaskData  # noqa: E402
+from rbench.api import (  # noqa: E402
+    Pool,
+    Queries,
+    Ragged,
+    RunContext,
+    TaskData,
+    TaskSpec,  # noqa: E402
+)
 from rbench.engine import evaluate  # noqa: E402
 from rbench.metrics import MEASURES, aggregate, per_query  # noqa: E402
 from rbench.tasks.recsys import load_atomic_dir  # noqa: E402
-from rbench.tasks.spec import TaskSpec  # noqa: E402
 
 N_USERS, N_ITEMS = 60, 30
 SPEC = TaskSpec(name="toyrec", title="toy", scenario="large", domain="recommendation", description="",
-                paper_candidates=None, paper_queries=None, sources=(), license="", loader="x:y", how_to_get="")
+                paper_candidates=None, paper_queries=None, sources=(), license="", how_to_get="")
 
 
 def _write_atomic(directory: Path) -> pd.DataFrame:

@@ -18,8 +18,9 @@ import pandas as pd
 import pytest
 
 from rbench import paths, sources
+from rbench.api import RemoteFile
 from rbench.errors import RBenchError
-from rbench.sources import DownloadError, RemoteFile, fetch, safe_extract
+from rbench.sources import DownloadError, fetch, safe_extract
 
 # --------------------------------------------------------------------------------------------
 # a loopback server with Range support and scripted failures
@@ -289,18 +290,21 @@ def test_download_task_installs_archives_extracted_and_files_linked(server, monk
     zbody, pbody = ml1m_zip(), esci_examples_parquet()
     server.files["/ml-1m.zip"] = zbody
     server.files["/ex.parquet"] = pbody
-    monkeypatch.setitem(sources.SOURCES, "rec-movie",
-                        (RemoteFile("ml-1m.zip", (server.url("/ml-1m.zip"),), sha256=sha(zbody), extract=True),))
-    monkeypatch.setitem(sources.SOURCES, "esci",
-                        (RemoteFile("shopping_queries_dataset_examples.parquet", (server.url("/ex.parquet"),),
-                                    sha256=sha(pbody)),))
-    raw = sources.download_task("rec-movie")
+    from rbench.tasks.registry import get_task
+    from tests.helpers import with_downloads
+
+    with_downloads(monkeypatch, "rec-movie",
+                   (RemoteFile("ml-1m.zip", (server.url("/ml-1m.zip"),), sha256=sha(zbody), extract=True),))
+    with_downloads(monkeypatch, "esci",
+                   (RemoteFile("shopping_queries_dataset_examples.parquet", (server.url("/ex.parquet"),),
+                               sha256=sha(pbody)),))
+    raw = sources.download_task(get_task("rec-movie"))
     assert raw == paths.raw_dir("rec-movie")
     assert folder_files(raw) == ["ml-1m"]
     assert folder_files(raw / "ml-1m") == ["movies.dat", "ratings.dat", "users.dat"]
     assert (raw / "ml-1m" / "movies.dat").read_bytes().decode("latin-1").startswith("1193::One Flew")
     assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []  # no temp folders
-    raw_e = sources.download_task("esci")
+    raw_e = sources.download_task(get_task("esci"))
     linked = raw_e / "shopping_queries_dataset_examples.parquet"
     cached = paths.home() / "downloads" / "esci" / "shopping_queries_dataset_examples.parquet"
     assert linked.read_bytes() == pbody
@@ -308,24 +312,26 @@ def test_download_task_installs_archives_extracted_and_files_linked(server, monk
 
 
 def test_tasks_without_a_public_url_say_how_to_get_the_data():
+    from rbench.tasks.registry import get_task
+
     with pytest.raises(RBenchError, match="no direct public download.*routing-balance --from"):
-        sources.remote_files("routing-balance")
+        sources.remote_files(get_task("routing-balance"))
     with pytest.raises(RBenchError, match="did you mean"):
-        sources.remote_files("rec-moive")
+        get_task("rec-moive")
 
 
 def test_source_table_is_well_formed():
     from rbench.tasks.registry import TASKS
 
-    assert set(sources.SOURCES) <= set(TASKS)
-    assert {"rec-movie", "esci", "rec-toy", "rec-clothing"} <= set(sources.SOURCES)
-    for files in sources.SOURCES.values():
+    table = {name: spec.downloads for name, spec in TASKS.items() if spec.downloads}
+    assert {"rec-movie", "esci", "rec-toy", "rec-clothing", "rec-music"} <= set(table)
+    for files in table.values():
         assert len({f.filename for f in files}) == len(files)
         for rf in files:
             assert rf.urls and all(u.startswith("https://") for u in rf.urls), rf
             assert rf.sha256 is None or (len(rf.sha256) == 64 and int(rf.sha256, 16) >= 0)
             assert rf.extract == (sources.archive_kind(sources.Path(rf.filename)) is not None)
-    esci = sources.SOURCES["esci"]
+    esci = TASKS["esci"].downloads
     assert all(f.sha256 and f.size for f in esci)  # from the Git LFS pointers
     assert all("/raw/" in f.urls[0] and "raw.githubusercontent" not in f.urls[0] for f in esci)
 

@@ -13,13 +13,30 @@ import pandas as pd
 import pytest
 
 from rbench import paths, store
-from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.tasks.recsys import HistoryTexts, SequentialOptions, build_sequential_task
-from rbench.tasks.spec import Source, TaskSpec
+from rbench.api import Pool, Queries, Ragged, Source, TaskData, TaskSpec
+from rbench.columns import ArrowTextColumn, HistoryTexts
+from rbench.tasks.family import Task, TaskFamily
+from rbench.tasks.recsys import SequentialOptions, build_sequential_task
 
 SPEC = TaskSpec(name="toy-store", title="toy", scenario="large", domain="passage", description="",
                 paper_candidates=None, paper_queries=None, sources=(Source("x", "https://example.org", "-"),),
-                license="-", loader="tests_fake_module:load", how_to_get="written by the test")
+                license="-", how_to_get="written by the test")
+
+
+class FnFamily(TaskFamily):
+    """A family whose loading is one function (the tests' loaders)."""
+
+    name = "test"
+
+    def __init__(self, fn) -> None:
+        self.fn = fn
+
+    def load(self, spec, options, seed):
+        return self.fn(spec, options, seed)
+
+
+def load_cached(spec: TaskSpec, options, seed: int, loader) -> TaskData:
+    return store.load_cached(Task(spec, FnFamily(loader)), options, seed)
 
 
 @dataclasses.dataclass
@@ -112,11 +129,11 @@ def entries() -> list[str]:
 def test_round_trip_is_exact_and_the_second_load_does_no_work():
     write_raw()
     loader = Loader()
-    first = store.load_cached(SPEC, Opts(), 0, loader)
+    first = load_cached(SPEC, Opts(), 0, loader)
     assert_task_equal(loader(SPEC, Opts(), 0), first)  # what the loader makes, field by field
     assert first.info == {"source": "synthetic", "n": 10, "seed": 0}
     assert loader.calls == 2
-    second = store.load_cached(SPEC, Opts(), 0, loader)
+    second = load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 2  # the loader was not called again
     assert_task_equal(first, second)
     assert len(entries()) == 1
@@ -128,31 +145,31 @@ def test_round_trip_is_exact_and_the_second_load_does_no_work():
 def test_options_and_seed_are_part_of_the_key_and_entries_coexist():
     write_raw()
     loader = Loader()
-    store.load_cached(SPEC, Opts(), 0, loader)
-    store.load_cached(SPEC, Opts(n=4), 0, loader)
-    b = store.load_cached(SPEC, Opts(), 1, loader)
+    load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(n=4), 0, loader)
+    b = load_cached(SPEC, Opts(), 1, loader)
     assert loader.calls == 3 and len(entries()) == 3
     assert b.pool.fingerprint.endswith("-1")
-    store.load_cached(SPEC, Opts(n=4), 0, loader)
+    load_cached(SPEC, Opts(n=4), 0, loader)
     assert loader.calls == 3
 
 
 def test_a_changed_input_file_rebuilds_and_replaces_stale_entries():
     write_raw()
     loader = Loader()
-    store.load_cached(SPEC, Opts(), 0, loader)
-    store.load_cached(SPEC, Opts(), 1, loader)
+    load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 1, loader)
     old = entries()
     raw = paths.raw_dir(SPEC.name) / "docs.txt"
     stat = raw.stat()
     write_raw("alpha beta gamma delta epsilon zeta eta theta iota KAPPA")  # same size, new content
     os.utime(raw, ns=(stat.st_atime_ns, stat.st_mtime_ns))  # and the old mtime, as cp -p would leave
-    data = store.load_cached(SPEC, Opts(), 0, loader)
+    data = load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 3
     assert data.pool.texts[9] == "doc KAPPA"
     assert len(entries()) == 1 and entries()[0] not in old  # both stale entries are gone
     (paths.raw_dir(SPEC.name) / "extra.tsv").write_text("new file\n")
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 4
 
 
@@ -160,15 +177,15 @@ def test_small_files_are_keyed_by_content_large_ones_by_mtime(monkeypatch):
     write_raw()
     loader = Loader()
     raw = paths.raw_dir(SPEC.name) / "docs.txt"
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     os.utime(raw, ns=(1, 10**18))  # touched, same content: nothing to do
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 1
     monkeypatch.setattr(store, "CONTENT_HASH_LIMIT", 4)  # now docs.txt counts as "large"
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 2
     os.utime(raw, ns=(1, 2 * 10**18))
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 3
 
 
@@ -181,9 +198,9 @@ def test_inputs_behind_symlinks_are_followed(tmp_path):
     raw.mkdir()
     os.symlink(src / "docs.txt", raw / "docs.txt")
     loader = Loader()
-    store.load_cached(SPEC, None, 0, loader)
+    load_cached(SPEC, None, 0, loader)
     (src / "docs.txt").write_text("one two three four six")
-    assert store.load_cached(SPEC, None, 0, loader).pool.texts[4] == "doc six"
+    assert load_cached(SPEC, None, 0, loader).pool.texts[4] == "doc six"
     assert loader.calls == 2
 
 
@@ -197,7 +214,7 @@ def test_a_failed_write_leaves_no_entry_and_no_temp_folder(monkeypatch):
 
     monkeypatch.setattr(store, "write_entry", broken)
     with pytest.raises(OSError, match="disk full"):
-        store.load_cached(SPEC, Opts(), 0, loader)
+        load_cached(SPEC, Opts(), 0, loader)
     assert entries() == []
 
     def failing_loader(spec, options, seed):
@@ -205,24 +222,24 @@ def test_a_failed_write_leaves_no_entry_and_no_temp_folder(monkeypatch):
 
     monkeypatch.undo()
     with pytest.raises(ValueError):
-        store.load_cached(SPEC, Opts(), 0, failing_loader)
+        load_cached(SPEC, Opts(), 0, failing_loader)
     assert entries() == []
 
 
 def test_damaged_entry_is_rebuilt_with_a_warning():
     write_raw()
     loader = Loader()
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     (paths.prepared_dir(SPEC.name) / entries()[0] / "test.positives.values.npy").unlink()
     with pytest.warns(UserWarning, match="unreadable"):
-        data = store.load_cached(SPEC, Opts(), 0, loader)
+        data = load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 2 and len(data.test) == 3
 
 
 def test_large_arrays_are_memory_mapped_read_only(monkeypatch):
     write_raw()
     monkeypatch.setattr(store, "MMAP_MIN_BYTES", 0)
-    data = store.load_cached(SPEC, Opts(), 0, Loader())
+    data = load_cached(SPEC, Opts(), 0, Loader())
     values = data.train.positives.values
     assert isinstance(values, np.memmap)
     with pytest.raises(ValueError):
@@ -232,10 +249,10 @@ def test_large_arrays_are_memory_mapped_read_only(monkeypatch):
 
 def test_big_pools_keep_their_texts_on_disk(monkeypatch):
     write_raw()
-    monkeypatch.setattr(store, "LAZY_POOL_THRESHOLD", 5)
-    data = store.load_cached(SPEC, Opts(), 0, Loader())
+    monkeypatch.setattr(store, "ARROW_MIN_ROWS", 5)
+    data = load_cached(SPEC, Opts(), 0, Loader())
     texts = data.pool.texts
-    assert isinstance(texts, store.ArrowTexts) and len(texts) == 10
+    assert isinstance(texts, ArrowTextColumn) and len(texts) == 10
     assert texts[0] == "doc alpha" and texts[-1] == "doc kappa" and texts[np.int64(2)] == "doc gamma"
     assert list(texts[[3, 1]]) == ["doc delta", "doc beta"]
     assert texts[1:3] == ["doc beta", "doc gamma"] and list(texts[::4]) == ["doc alpha", "doc epsilon", "doc iota"]
@@ -261,8 +278,8 @@ def test_history_texts_stay_lazy_and_render_the_same():
         return build_sequential_task(s, inter, items, o)
 
     fresh = build_sequential_task(spec, inter, items, SequentialOptions())
-    store.load_cached(spec, SequentialOptions(), 0, loader)
-    data = store.load_cached(spec, SequentialOptions(), 0, loader)
+    load_cached(spec, SequentialOptions(), 0, loader)
+    data = load_cached(spec, SequentialOptions(), 0, loader)
     assert len(calls) == 1
     assert_task_equal(fresh, data)
     for split in ("train", "valid", "test"):
@@ -288,7 +305,7 @@ def test_what_cannot_be_stored_is_returned_uncached():
         return data
 
     with pytest.warns(UserWarning, match="not cached"):
-        data = store.load_cached(SPEC, Opts(), 0, int_ids)
+        data = load_cached(SPEC, Opts(), 0, int_ids)
     assert data.pool.ids.dtype.kind == "i"  # untouched
     assert entries() == []
 
@@ -297,14 +314,14 @@ def test_cache_can_be_switched_off(monkeypatch):
     write_raw()
     monkeypatch.setenv("RBENCH_PREPARED_CACHE", "0")
     loader = Loader()
-    store.load_cached(SPEC, Opts(), 0, loader)
-    store.load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
+    load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 2 and entries() == []
 
 
 def test_registry_loads_through_the_cache_and_reports_sizes(tmp_path, monkeypatch):
-    from rbench.tasks import generic
-    from rbench.tasks.registry import get_task, load_task
+    from rbench.tasks import imported
+    from rbench.tasks.registry import get_task, import_task, load_task
 
     d = tmp_path / "beir"
     d.mkdir()
@@ -312,12 +329,12 @@ def test_registry_loads_through_the_cache_and_reports_sizes(tmp_path, monkeypatc
     (d / "queries.jsonl").write_text("".join(json.dumps({"_id": f"q{i}", "text": f"question {i}"}) + "\n"
                                              for i in range(20)))
     (d / "qrels.tsv").write_text("query-id\tcorpus-id\tscore\n" + "".join(f"q{i}\td{i}\t1\n" for i in range(20)))
-    generic.import_task("byo-cached", d / "corpus.jsonl", d / "queries.jsonl", d / "qrels.tsv")
+    import_task("byo-cached", d / "corpus.jsonl", d / "queries.jsonl", d / "qrels.tsv")
     spec = get_task("byo-cached")
     assert store.prepared_sizes(spec) is None
     calls = []
-    real = generic.load_generic
-    monkeypatch.setattr(generic, "load_generic", lambda *a: calls.append(1) or real(*a))
+    real = imported.load_imported
+    monkeypatch.setattr(imported, "load_imported", lambda *a: calls.append(1) or real(*a))
     a = load_task("byo-cached", seed=2)
     b = load_task("byo-cached", seed=2)
     assert len(calls) == 1

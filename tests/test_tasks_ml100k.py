@@ -7,8 +7,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench.tasks import load_task
 from rbench.tasks.recsys import recbole_example_dir
+from rbench.tasks.registry import load_task
 
 
 @pytest.fixture(scope="module")

@@ -13,9 +13,8 @@ import pytest
 from rbench import paths
 from rbench.engine import validate_queries
 from rbench.errors import DataError, RBenchError
-from rbench.tasks import get_task, load_task
 from rbench.tasks.passages import passage_id, product_text
-from rbench.tasks.registry import data_status
+from rbench.tasks.registry import data_status, get_task, load_task
 
 # ------------------------------------------------------------------------------------------
 # builders
@@ -427,7 +426,7 @@ def test_two_candidate_subfolders_are_reported_not_guessed():
 def test_split_test_puts_every_query_in_test():
     import numpy as np
 
-    from rbench.tasks.generic import split_labels
+    from rbench.tasks.kit import split_labels
 
     assert (split_labels(43, 0, mode="test") == 2).all()
     labels = split_labels(100, 0)

@@ -13,11 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import paths
+from rbench import columns, paths
 from rbench.engine import validate_queries
 from rbench.errors import DataError, RBenchError
-from rbench.tasks import amazon, get_task, load_task, recsys
-from rbench.tasks.registry import data_status
+from rbench.tasks import amazon, recsys
+from rbench.tasks.registry import data_status, get_task, load_task
 
 H = 20
 
@@ -355,10 +355,10 @@ def test_rec_clothing_streamed_50k_lines(monkeypatch):
     # the arrow text column (used from ARROW_TEXTS_MIN items on) is the same task; the loader is
     # called directly (load_task may answer from the prepared-data cache)
     spec, opts = get_task("rec-clothing"), recsys.SequentialOptions(max_train_per_user=5)
-    plain = recsys.load_rec_clothing(spec, opts, 0)
-    monkeypatch.setattr(recsys, "ARROW_TEXTS_MIN", 0)
-    arrow = recsys.load_rec_clothing(spec, opts, 0)
-    assert isinstance(arrow.pool.texts, recsys.ArrowTextColumn) and isinstance(plain.pool.texts, np.ndarray)
+    plain = recsys.FAMILY.load(spec, opts, 0)
+    monkeypatch.setattr(columns, "ARROW_MIN_ROWS", 0)
+    arrow = recsys.FAMILY.load(spec, opts, 0)
+    assert isinstance(arrow.pool.texts, columns.ArrowTextColumn) and isinstance(plain.pool.texts, np.ndarray)
     assert arrow.fingerprint == plain.fingerprint == task.fingerprint
     assert arrow.test.texts[3] == plain.test.texts[3]
     assert list(arrow.pool.texts[[0, 5]]) == list(plain.pool.texts[[0, 5]])

@@ -14,8 +14,7 @@ import pytest
 from rbench import paths
 from rbench.engine import validate_queries
 from rbench.errors import DataError
-from rbench.tasks import get_task, load_task
-from rbench.tasks.registry import data_status
+from rbench.tasks.registry import data_status, get_task, load_task
 from rbench.tasks.routing import normalise_cost
 
 LLMS = ["llm-a", "llm-b", "llm-c", "llm-d"]

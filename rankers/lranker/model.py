@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rbench.errors import RBenchError
-from rbench.tasks.spec import PLACEHOLDER
+from rbench.api import PLACEHOLDER
 
 from .config import LRankerConfig
 

@@ -70,10 +70,9 @@ def _digest(*arrays: Any) -> str:
 
 def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
     """An engine scorer for precomputed query vectors ``Q`` (rows aligned with ``queries``)."""
-    from rbench.engine import dense_scorer
+    from rbench.engine import vector_scorer
 
-    index = {str(q): i for i, q in enumerate(queries.ids)}
-    return dense_scorer(vectors, lambda batch: Q[[index[str(x)] for x in batch.ids]], "lranker")
+    return vector_scorer(vectors, Q, queries, "lranker")
 
 
 class LRankerRanker(BaseRanker):

@@ -39,9 +39,10 @@ Choices the paper leaves open, made here:
   processes, ``prefetch`` steps ahead each, pinned memory on CUDA. Each step's randomness is
   seeded by (seed, epoch, step, rank), so results do not depend on the number of workers.
 - A batch of one query is merged into the previous batch (BatchNorm needs two rows).
-- Several GPUs (data parallel, ``torch.distributed`` initialised, e.g. by ``accelerate launch``;
-  see ``rankers/lranker/launch.py``): every rank draws the same epoch permutation, takes its
-  stride of it (``rows[rank::world]``, equal lengths), samples its own negatives, and gradients
+- Several GPUs (data parallel, ``torch.distributed`` initialised by ``rbench run`` when it runs
+  under ``torchrun`` or ``accelerate launch``, see ``rbench.runner``): every rank draws the same
+  epoch permutation, takes its stride of it (``rows[rank::world]``, equal lengths), samples its
+  own negatives, and gradients
   are averaged over ranks after each backward pass (what DDP does, without wrapping the model, so
   the model's own methods stay callable). ``batch_size`` is per rank.
 """

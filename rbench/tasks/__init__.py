@@ -1,7 +1,4 @@
-"""RBench tasks: declarative specs (``spec``), the checked registry (``registry``) and one loader
-module per data family."""
-
-from rbench.tasks.registry import TASKS, get_task, list_tasks, load_task
-from rbench.tasks.spec import PROMPTS, Source, TaskSpec
-
-__all__ = ["PROMPTS", "Source", "TASKS", "TaskSpec", "get_task", "list_tasks", "load_task"]
+"""RBench tasks: one module per data family (``recsys``, ``routing``, ``passages``, ``imported``)
+behind the family protocol (``family``), what loaders share (``kit``), and the checked registry
+(``registry``). Importing this package imports nothing, so importing one family never loads the
+others."""

@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rbench.errors import DataError
-from rbench.tasks.generic import open_text, parse_json_object
+from rbench.tasks.kit import open_text, parse_json_object
 
 BLOCK_BYTES = 16 << 20  # bytes of JSON text parsed per block (one line must fit in a block)
 

@@ -22,7 +22,7 @@ Choices written down (both tasks unless said):
 1. Eligible queries have >= 1 relevant candidate (MS MARCO ``is_selected == 1``; ESCI label E,
    US locale). They are sorted by id (file order never matters) and ``n_queries`` of them drawn
    without replacement by a generator seeded from (seed, "sample"); the split uses its own
-   stream (``rbench.tasks.generic.split_labels``: 8:1:1 by query).
+   stream (``rbench.tasks.kit.split_labels``: 8:1:1 by query).
 2. The positive is the first relevant candidate: MS MARCO the first selected passage in the
    query's list; ESCI the E product with the smallest ``example_id``.
 3. A query's other relevant candidates in the pool (its other selected passages / E products)
@@ -59,22 +59,22 @@ import numpy as np
 import pandas as pd
 
 from rbench import paths
-from rbench.api import Pool, Ragged, TaskData
+from rbench.api import Pool, Ragged, RemoteFile, Source, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError
-from rbench.tasks.generic import (
+from rbench.tasks.family import TaskFamily
+from rbench.tasks.kit import (
+    TREC_QRELS,
     QueryTable,
     assemble,
-    guarded_status,
     iter_jsonl,
     locate,
     not_present,
     open_text,
+    read_qrels,
     seeded_rng,
     split_labels,
 )
-from rbench.tasks.spec import TaskSpec
 
-PAPER_QUERIES = {"msmarco": 3038, "esci": 3999}
 QNA_SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
 ESCI_EXAMPLES = "shopping_queries_dataset_examples.parquet"
 ESCI_PRODUCTS = "shopping_queries_dataset_products.parquet"
@@ -147,18 +147,8 @@ def _esci_dir(spec: TaskSpec) -> Path | None:
     return locate(paths.raw_dir(spec.name), lambda p: (p / ESCI_EXAMPLES).is_file() and (p / ESCI_PRODUCTS).is_file())
 
 
-def _is_esci(spec: TaskSpec) -> bool:
-    return spec.loader.endswith(":load_esci")
-
-
-@guarded_status
-def data_status(spec: TaskSpec) -> tuple[bool, str]:
+def msmarco_status(spec: TaskSpec) -> tuple[bool, str]:
     raw = paths.raw_dir(spec.name)
-    if _is_esci(spec):
-        d = _esci_dir(spec)
-        if d is None:
-            return not_present(spec, raw)
-        return True, f"ESCI parquet: {ESCI_EXAMPLES}, {ESCI_PRODUCTS} in {d}"
     found = _msmarco_dir(spec)
     if found is None:
         return not_present(spec, raw)
@@ -167,6 +157,13 @@ def data_status(spec: TaskSpec) -> tuple[bool, str]:
         files = _tsv_files(d) or {}
         return True, f"official TSV: {', '.join(p.name for p in files.values())} in {d}"
     return True, f"v1.1 QnA: {', '.join(p.name for p in _qna_files(d))} in {d}"
+
+
+def esci_status(spec: TaskSpec) -> tuple[bool, str]:
+    d = _esci_dir(spec)
+    if d is None:
+        return not_present(spec, paths.raw_dir(spec.name))
+    return True, f"ESCI parquet: {ESCI_EXAMPLES}, {ESCI_PRODUCTS} in {d}"
 
 
 # ------------------------------------------------------------------------------------------
@@ -415,7 +412,7 @@ def load_msmarco_qna(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
     rec, n_dup = read_qna(files)
     row_of = np.repeat(np.arange(len(rec.qids)), np.diff(rec.offsets))
     n_sel = np.bincount(row_of, weights=rec.selected.astype(np.float64), minlength=len(rec.qids))
-    rows = sample_rows(rec.qids, n_sel > 0, _resolve_n(opts, PAPER_QUERIES["msmarco"]), seed)
+    rows = sample_rows(rec.qids, n_sel > 0, _resolve_n(opts, spec.paper_queries or 0), seed)
     sub = Ragged(rec.offsets, np.arange(len(rec.passages))).take(rows)
     texts = rec.passages[sub.values]
     codes, uniques = pd.factorize(pd.Series(texts, dtype=object).str.strip())
@@ -468,44 +465,6 @@ def read_id_text_tsv(path: Path, id_name: str) -> tuple[np.ndarray, np.ndarray, 
     return arr, np.asarray(texts, dtype=object), np.asarray(lines, dtype=np.int64)
 
 
-def read_trec_qrels(path: Path, qindex: dict[str, int], pindex: dict[str, int]
-                    ) -> tuple[dict[int, list[tuple[int, float]]], int, int]:
-    """TREC ``qid iter pid grade`` -> {query row: [(pid row, grade > 0)]}, n read, n skipped."""
-    out: dict[int, list[tuple[int, float]]] = {}
-    seen: dict[tuple[str, str], int] = {}
-    n = skipped = 0
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            parts = line.split()
-            if not parts:
-                continue
-            if len(parts) != 4:
-                field = ("qid", "iteration", "pid", "grade")[min(len(parts), 3)]
-                raise DataError(f"expected 4 whitespace-separated fields (qid 0 pid grade), got {len(parts)}",
-                                path, lineno, field)
-            qid, _, pid, raw = parts
-            try:
-                grade = int(raw)
-            except ValueError:
-                raise DataError(f"expected an integer grade, got {raw!r}", path, lineno, "grade") from None
-            if qid not in qindex:
-                raise DataError(f"unknown qid {qid!r} (not in the queries file)", path, lineno, "qid")
-            if pid not in pindex:
-                if grade <= 0:
-                    skipped += 1
-                    continue
-                raise DataError(f"unknown pid {pid!r} (not in collection.tsv)", path, lineno, "pid")
-            if (qid, pid) in seen:
-                raise DataError(f"duplicate judgement (first on line {seen[(qid, pid)]})", path, lineno, "pid")
-            seen[(qid, pid)] = lineno
-            n += 1
-            if grade > 0:
-                out.setdefault(qindex[qid], []).append((pindex[pid], float(grade)))
-    if n == 0:
-        raise DataError("no judgements", path)
-    return out, n, skipped
-
-
 def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -> TaskData:
     if opts.pool != "auto" or opts.other_relevant != "exclude":
         raise RBenchError("task.pool and task.other_relevant apply to the v1.1 QnA layout and ESCI; the TSV "
@@ -514,8 +473,9 @@ def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
     assert files is not None
     pids, ptexts, _ = read_id_text_tsv(files["collection"], "pid")
     qids, qtexts, _ = read_id_text_tsv(files["queries"], "qid")
-    qrels, n_judged, n_skipped = read_trec_qrels(files["qrels"], {q: i for i, q in enumerate(qids)},
-                                                 {p: i for i, p in enumerate(pids)})
+    judged = read_qrels(files["qrels"], {q: i for i, q in enumerate(qids)}, {p: i for i, p in enumerate(pids)},
+                        TREC_QRELS)
+    qrels, n_judged, n_skipped = judged.positives, judged.n_judgements, judged.n_skipped
     eligible = np.zeros(len(qids), dtype=bool)
     eligible[list(qrels)] = True
     rows = sample_rows(qids, eligible, _resolve_n(opts, 0), seed)
@@ -649,7 +609,7 @@ def load_esci(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> 
     qtext = df["query"].astype(str).to_numpy()[order][offsets[:-1]]
     n_e = np.bincount(qcodes, weights=is_e.astype(np.float64), minlength=len(qids))
     qids = np.asarray(qids, dtype=object)
-    rows = sample_rows(qids, n_e > 0, _resolve_n(opts, PAPER_QUERIES["esci"]), seed)
+    rows = sample_rows(qids, n_e > 0, _resolve_n(opts, spec.paper_queries or 0), seed)
     cands = Ragged(offsets, pcodes.astype(np.int64)).take(rows)
     rel = Ragged(offsets, is_e).take(rows)
     judged = Judged(qids=qids[rows], texts=[str(t) for t in qtext[rows]], cands=cands, relevant=rel)
@@ -661,3 +621,92 @@ def load_esci(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> 
     return one_positive_task(spec, opts, seed, judged, pool_mode, ids_of=lambda c: pids[c],
                              texts_of=lambda c: read_esci_products(d / ESCI_PRODUCTS, pids[c], opts.bullet_chars),
                              info=info)
+
+
+# ------------------------------------------------------------------------------------------
+# the tasks
+# ------------------------------------------------------------------------------------------
+
+_ESCI_COMMIT = "7e0e3073f5ca36c0b5ff79e847cf99a74597645d"
+_ESCI = f"https://github.com/amazon-science/esci-data/raw/{_ESCI_COMMIT}/shopping_queries_dataset"
+_ESCI_MAIN = "https://github.com/amazon-science/esci-data/raw/main/shopping_queries_dataset"
+
+MSMARCO_SPEC = TaskSpec(
+    name="msmarco",
+    title="MS MARCO",
+    scenario="large",
+    domain="passage",
+    description="Passage ranking: one positive per query, the pool is all passages of the sampled "
+    "queries (every query's negatives are every other query's candidates).",
+    paper_candidates=24697,
+    paper_queries=3038,
+    sources=(Source("MS MARCO v1.1 QnA / passage ranking", "https://microsoft.github.io/msmarco/",
+                    "MS MARCO terms: non-commercial research"),),
+    license="MS MARCO terms (non-commercial research)",
+    how_to_get="rbench data prepare msmarco --from DIR (v1.1 parquet/jsonl, or collection.tsv + "
+    "queries.tsv + qrels)",
+    paper_row=5,
+    donates=("mixed", "shift", "scaled"),
+)
+
+ESCI_SPEC = TaskSpec(
+    name="esci",
+    title="ESCI",
+    scenario="large",
+    domain="product",
+    description="Product search on Amazon Shopping Queries (US); label E is the positive; the pool is "
+    "the products of the sampled queries.",
+    paper_candidates=4000,
+    paper_queries=3999,
+    sources=(Source("Amazon Shopping Queries Dataset", "https://github.com/amazon-science/esci-data", "Apache-2.0",
+                    files=(RemoteFile(ESCI_EXAMPLES, (f"{_ESCI}/{ESCI_EXAMPLES}", f"{_ESCI_MAIN}/{ESCI_EXAMPLES}"),
+                                      sha256="4a735b693b4a424a6fc67f5be6e4c811495c488bbf66d02a602d308b2744263a",
+                                      size=51286808, note="ESCI examples (Git LFS object, sha256 from its pointer)"),
+                           RemoteFile(ESCI_PRODUCTS, (f"{_ESCI}/{ESCI_PRODUCTS}", f"{_ESCI_MAIN}/{ESCI_PRODUCTS}"),
+                                      sha256="25124442d064d64b26f74082d6fa09438d679efc0c183cf28d19064a2b65a265",
+                                      size=1108857465,
+                                      note="ESCI products (Git LFS object, sha256 from its pointer)"))),),
+    license="Apache-2.0",
+    how_to_get="rbench data download esci, or --from DIR (shopping_queries_dataset_examples.parquet + "
+    "shopping_queries_dataset_products.parquet)",
+    paper_row=6,
+    donates=("mixed", "shift", "scaled"),
+)
+
+
+class MsMarcoFamily(TaskFamily):
+    """MS MARCO: v1.1 QnA files or the official TSV collection (see the module doc)."""
+
+    name = "msmarco"
+    doc = __doc__ or ""
+
+    def specs(self) -> tuple[TaskSpec, ...]:
+        return (MSMARCO_SPEC,)
+
+    def options_type(self, spec: TaskSpec) -> type:
+        return PassageOptions
+
+    def check(self, spec: TaskSpec) -> tuple[bool, str]:
+        return msmarco_status(spec)
+
+    def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
+        return load_msmarco(spec, options, seed)
+
+
+class EsciFamily(MsMarcoFamily):
+    """ESCI: the Shopping Queries parquet files (see the module doc)."""
+
+    name = "esci"
+
+    def specs(self) -> tuple[TaskSpec, ...]:
+        return (ESCI_SPEC,)
+
+    def check(self, spec: TaskSpec) -> tuple[bool, str]:
+        return esci_status(spec)
+
+    def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
+        return load_esci(spec, options, seed)
+
+
+MSMARCO = MsMarcoFamily()
+ESCI = EsciFamily()

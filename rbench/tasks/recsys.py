@@ -37,7 +37,7 @@ Per task (choices the paper leaves open, and why):
   5-core: with it set ``task.k_core=5`` (RecBole-style iterative user/item filtering).
 - ``rec-clothing`` (Amazon Reviews 2023 Clothing_Shoes_and_Jewelry; paper 6,805,462 / 185,925).
   Pool = items in the interactions (keyed by ``parent_asin``); item texts stay in an arrow
-  string column above ``ARROW_TEXTS_MIN`` items. Reading is streamed (``rbench.tasks.amazon``).
+  string column above ``rbench.columns.ARROW_MIN_ROWS`` items. Reading is streamed (``rbench.tasks.amazon``).
   The paper's query count is not derivable from the files either; ``task.min_interactions`` and
   ``task.max_train_per_user`` bound the query sets. Every training window costs 8 bytes per
   history item plus its id string; over the 66M-review file that is several GB (not measured
@@ -65,8 +65,7 @@ Per task (choices the paper leaves open, and why):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
@@ -76,12 +75,11 @@ import pandas as pd
 import pyarrow as pa
 
 from rbench import paths
-from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.api import Pool, Queries, Ragged, RemoteFile, Source, TaskData, TaskSpec
+from rbench.columns import HistoryTexts, take_texts, text_column
 from rbench.errors import DataError, RBenchError
-from rbench.tasks.generic import guarded_status, locate, not_present, seeded_rng
-from rbench.tasks.spec import TaskSpec
-
-ARROW_TEXTS_MIN = 1_000_000  # catalogues at least this large keep texts in an arrow column
+from rbench.tasks.family import TaskFamily
+from rbench.tasks.kit import fingerprint, locate, not_present, seeded_rng
 
 
 @dataclass
@@ -133,74 +131,6 @@ def _options_key(opts: Options) -> str:
     parts += [f"{f.name}={getattr(opts, f.name)!r}" for f in dataclasses.fields(opts)
               if f.name not in base and getattr(opts, f.name) != f.default]
     return f"SequentialOptions({', '.join(parts)})"
-
-
-# ------------------------------------------------------------------------------------------
-# text columns
-# ------------------------------------------------------------------------------------------
-
-
-class ArrowTextColumn(Sequence):
-    """Candidate texts held in one arrow string array (a few bytes of overhead per item instead
-    of a Python object); indexed by int, slice or an int array like a numpy object array."""
-
-    def __init__(self, array: pa.Array | pa.ChunkedArray) -> None:
-        self.array = array.combine_chunks() if isinstance(array, pa.ChunkedArray) else array
-
-    def __len__(self) -> int:
-        return len(self.array)
-
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
-        if isinstance(i, (int, np.integer)):
-            n = len(self.array)
-            if not -n <= int(i) < n:
-                raise IndexError(i)
-            return self.array[int(i)].as_py()
-        if isinstance(i, slice):
-            return self.array[i].to_pylist()
-        idx = np.asarray(i, dtype=np.int64)
-        return np.asarray(self.array.take(pa.array(idx)).to_pylist(), dtype=object)
-
-    def to_arrow(self) -> pa.Array:
-        return self.array
-
-    def __array__(self, dtype: Any = None, copy: Any = None) -> np.ndarray:
-        return np.asarray(self.array.to_pylist(), dtype=dtype or object)
-
-    def __iter__(self) -> Iterator[str]:
-        for start in range(0, len(self), 65536):
-            yield from self.array[start : start + 65536].to_pylist()
-
-    def take(self, idx: np.ndarray) -> ArrowTextColumn:
-        return ArrowTextColumn(self.array.take(pa.array(np.asarray(idx, dtype=np.int64))))
-
-
-def text_column(array: pa.Array) -> Any:
-    """Object array for ordinary catalogues, arrow column from ``ARROW_TEXTS_MIN`` items on."""
-    if len(array) >= ARROW_TEXTS_MIN:
-        return ArrowTextColumn(array)
-    return np.asarray(array.to_pylist(), dtype=object)
-
-
-def _take_texts(col: Any, idx: np.ndarray) -> Any:
-    return col.take(idx) if isinstance(col, ArrowTextColumn) else col[idx]
-
-
-class HistoryTexts(Sequence):
-    """Query texts rendered on access from the history indices, so a million training windows
-    do not become a million long strings in memory."""
-
-    def __init__(self, history: Ragged, titles: Any, template: str | None = None) -> None:
-        self.history, self.titles, self.template = history, titles, template
-
-    def __len__(self) -> int:
-        return len(self.history)
-
-    def __getitem__(self, i: Any) -> Any:  # type: ignore[override]
-        if isinstance(i, slice):
-            return [self[j] for j in range(*i.indices(len(self)))]
-        text = "; ".join(self.titles[self.history[int(i)]])
-        return self.template.replace("{query}", text) if self.template else text
 
 
 # ------------------------------------------------------------------------------------------
@@ -426,29 +356,6 @@ def read_ml_movies(path: Path) -> pd.DataFrame:
 # ------------------------------------------------------------------------------------------
 
 
-def _hash_texts(h: Any, col: Any) -> None:
-    h.update(b"object")
-    for start in range(0, len(col), 65536):
-        chunk = col[start : start + 65536]
-        if start:
-            h.update(b"\x1f")
-        h.update("\x1f".join(map(str, chunk)).encode())
-
-
-def _fingerprint(*parts: Any) -> str:
-    h = hashlib.sha256()
-    for part in parts:
-        if isinstance(part, ArrowTextColumn) or (isinstance(part, np.ndarray) and part.dtype == object):
-            _hash_texts(h, part)  # same bytes for an object array and an arrow column
-        elif isinstance(part, np.ndarray):
-            h.update(str(part.dtype).encode())
-            h.update(np.ascontiguousarray(part).tobytes())
-        else:
-            h.update(str(part).encode())
-        h.update(b"\x1e")
-    return h.hexdigest()
-
-
 @dataclass
 class Catalogue:
     """The candidate items: ids sorted as text, titles (for histories) and texts (for the pool)."""
@@ -462,7 +369,7 @@ class Catalogue:
         return len(self.ids)
 
     def take(self, idx: np.ndarray) -> Catalogue:
-        return Catalogue(self.ids[idx], _take_texts(self.titles, idx), _take_texts(self.texts, idx),
+        return Catalogue(self.ids[idx], take_texts(self.titles, idx), take_texts(self.texts, idx),
                          self.has_meta[idx] if self.has_meta is not None else None)
 
 
@@ -747,7 +654,7 @@ def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalo
     train = make(tr_rows, tr_targets, tr_ids, "train")
 
     extra = (test.candidates, valid.candidates) if seen is not None else ()
-    pool.fingerprint = _fingerprint(spec.name, pool_ids, texts, test.positives.values, test.history.values,
+    pool.fingerprint = fingerprint(spec.name, pool_ids, texts, test.positives.values, test.history.values,
                                     valid.positives.values, _options_key(opts), *extra)
     n_meta = int(catalogue.has_meta.sum()) if catalogue.has_meta is not None else None
     task_info = {"n_users": int(len(split.users)), "n_interactions": int(n.sum()), "n_items": len(pool),
@@ -802,36 +709,6 @@ class Layout:
     meta_required: bool = True
 
 
-def _amazon14(cat: str) -> Layout:
-    return Layout("amazon14", f"Amazon 2014/2018 {cat} 5-core",
-                  (f"reviews_{cat}_5.json.gz", f"reviews_{cat}_5.json", f"{cat}_5.json.gz", f"{cat}_5.json"),
-                  (f"meta_{cat}.json.gz", f"meta_{cat}.json"))
-
-
-LAYOUTS: dict[str, tuple[Layout, ...]] = {
-    "rec-movie": (
-        Layout("ml-dat", "MovieLens 1M .dat", ("ratings.dat",), ("movies.dat",)),
-        Layout("atomic", "RecBole atomic", ("ml-1m.inter",), ("ml-1m.item",)),
-    ),
-    "rec-toy": (
-        _amazon14("Toys_and_Games"),
-        Layout("atomic", "RecBole atomic", ("Amazon_Toys_and_Games.inter",), ("{stem}.item",)),
-    ),
-    "rec-clothing": (
-        Layout("amazon23", "Amazon Reviews 2023",
-               ("Clothing_Shoes_and_Jewelry.jsonl.gz", "Clothing_Shoes_and_Jewelry.jsonl"),
-               ("meta_Clothing_Shoes_and_Jewelry.jsonl.gz", "meta_Clothing_Shoes_and_Jewelry.jsonl")),
-        Layout("atomic", "RecBole atomic",
-               ("Clothing_Shoes_and_Jewelry.inter", "Amazon_Clothing_Shoes_and_Jewelry.inter"), ("{stem}.item",)),
-    ),
-    "rec-music": (
-        _amazon14("CDs_and_Vinyl"),
-        Layout("atomic", "RecBole atomic", ("*.inter",), ("{stem}.item",), meta_required=False),
-    ),
-}
-POOL_RULE = {"rec-movie": "all", "rec-toy": "interacted", "rec-clothing": "interacted", "rec-music": "interacted"}
-
-
 @dataclass
 class Found:
     layout: Layout
@@ -866,41 +743,170 @@ def _match(d: Path, layouts: Sequence[Layout], partial: bool = False) -> Found |
     return None
 
 
-def find_inputs(spec: TaskSpec) -> Found | None:
+# ------------------------------------------------------------------------------------------
+# the tasks: one declaration each (spec, sources, input layouts, pool rule)
+# ------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RecSpec(TaskSpec):
+    """A recommendation task: the common spec plus the input layouts it accepts (the original
+    release first) and its pool rule (``all``: every catalogue item; ``interacted``: items that
+    occur in the interactions)."""
+
+    layouts: tuple[Layout, ...] = ()
+    pool_rule: Literal["all", "interacted"] = "interacted"
+
+
+_AMAZON14 = "https://cseweb.ucsd.edu/~jmcauley/datasets/amazon/links.html"
+_AMAZON_LICENSE = "Amazon review data (McAuley lab): research use; see the dataset page"
+_SNAP14 = "https://snap.stanford.edu/data/amazon/productGraph/categoryFiles"
+_AMZ23 = "https://mcauleylab.ucsd.edu/public_datasets/data/amazon_2023/raw"
+_AMZ23_MIRROR = "https://datarepo.eng.ucsd.edu/mcauley_group/data/amazon_2023/raw"
+_MOVIELENS_LICENSE = "GroupLens MovieLens license (research use, no redistribution)"
+
+
+def _amazon14_files(cat: str) -> tuple[RemoteFile, ...]:
+    return (
+        RemoteFile(f"reviews_{cat}_5.json.gz", (f"{_SNAP14}/reviews_{cat}_5.json.gz",),
+                   note="Amazon 2014 5-core reviews (McAuley lab); no published checksum"),
+        RemoteFile(f"meta_{cat}.json.gz", (f"{_SNAP14}/meta_{cat}.json.gz",),
+                   note="Amazon 2014 item metadata (McAuley lab); no published checksum"),
+    )
+
+
+def _amazon23_files(cat: str) -> tuple[RemoteFile, ...]:
+    return (
+        RemoteFile(f"{cat}.jsonl.gz", (f"{_AMZ23}/review_categories/{cat}.jsonl.gz",
+                                       f"{_AMZ23_MIRROR}/review_categories/{cat}.jsonl.gz"),
+                   note="Amazon Reviews 2023 (McAuley lab); no published checksum"),
+        RemoteFile(f"meta_{cat}.jsonl.gz", (f"{_AMZ23}/meta_categories/meta_{cat}.jsonl.gz",
+                                            f"{_AMZ23_MIRROR}/meta_categories/meta_{cat}.jsonl.gz"),
+                   note="Amazon Reviews 2023 item metadata; no published checksum"),
+    )
+
+
+def _amazon14_layout(cat: str) -> Layout:
+    return Layout("amazon14", f"Amazon 2014/2018 {cat} 5-core",
+                  (f"reviews_{cat}_5.json.gz", f"reviews_{cat}_5.json", f"{cat}_5.json.gz", f"{cat}_5.json"),
+                  (f"meta_{cat}.json.gz", f"meta_{cat}.json"))
+
+
+ML100K = TaskSpec(
+    name="ml-100k",
+    title="Rec-Movie protocol on MovieLens 100K (embedded default)",
+    scenario="large",
+    domain="recommendation",
+    description="Sequential recommendation over the full MovieLens 100K catalogue, read from the "
+    "copy that ships inside the installed `recbole` package (no download).",
+    paper_candidates=None,
+    paper_queries=None,
+    sources=(Source("MovieLens 100K (RecBole atomic files)", "https://grouplens.org/datasets/movielens/100k/",
+                    "GroupLens research license: no redistribution", note="read from recbole/dataset_example/ml-100k"),),
+    license=_MOVIELENS_LICENSE,
+    how_to_get="pip install 'rbench[recsys]' (the data ships inside recbole)",
+    embedded=True,
+)
+
+SPECS: tuple[RecSpec, ...] = (
+    RecSpec(
+        name="rec-music",
+        title="Rec-Music",
+        scenario="small",
+        domain="recommendation",
+        description="Sequential music recommendation, each query with its own 20-item list: the true next "
+        "item + 19 seeded negatives the user never interacted with (IRanker's setting).",
+        paper_candidates=20,
+        paper_queries=12483,
+        sources=(Source("Amazon CDs and Vinyl (2014/2018)", _AMAZON14, _AMAZON_LICENSE,
+                        files=_amazon14_files("CDs_and_Vinyl")),
+                 Source("any RecBole atomic dataset, e.g. Last.fm", "https://recbole.io/dataset_list.html",
+                        "per dataset")),
+        license=_AMAZON_LICENSE,
+        how_to_get="rbench data download rec-music, or rbench data prepare rec-music --from DIR "
+        "(RecBole atomic .inter/.item or Amazon reviews/meta json.gz)",
+        paper_row=1,
+        layouts=(_amazon14_layout("CDs_and_Vinyl"),
+                 Layout("atomic", "RecBole atomic", ("*.inter",), ("{stem}.item",), meta_required=False)),
+    ),
+    RecSpec(
+        name="rec-movie",
+        title="Rec-Movie",
+        scenario="large",
+        domain="recommendation",
+        description="Sequential recommendation on MovieLens 1M, full catalogue as the pool.",
+        paper_candidates=3884,
+        paper_queries=4167,
+        sources=(Source("MovieLens 1M", "https://files.grouplens.org/datasets/movielens/ml-1m.zip",
+                        "GroupLens research license: no redistribution",
+                        files=(RemoteFile("ml-1m.zip", ("https://files.grouplens.org/datasets/movielens/ml-1m.zip",),
+                                          sha256="a6898adb50b9ca05aa231689da44c217cb524e7ebd39d264c56e2832f2c54e20",
+                                          extract=True,
+                                          note="MovieLens 1M (GroupLens); md5 c4d9eecfca2ab87c1945afe126590906"),)),),
+        license=_MOVIELENS_LICENSE,
+        how_to_get="rbench data download rec-movie, or --from DIR with ratings.dat/movies.dat or ml-1m.inter/.item",
+        paper_row=3,
+        donates=("mixed", "shift", "scaled"),
+        layouts=(Layout("ml-dat", "MovieLens 1M .dat", ("ratings.dat",), ("movies.dat",)),
+                 Layout("atomic", "RecBole atomic", ("ml-1m.inter",), ("ml-1m.item",))),
+        pool_rule="all",
+    ),
+    RecSpec(
+        name="rec-toy",
+        title="Rec-Toy",
+        scenario="large",
+        domain="recommendation",
+        description="Sequential recommendation on Amazon Toys and Games (2014, 5-core), full catalogue.",
+        paper_candidates=11925,
+        paper_queries=19413,
+        sources=(Source("Amazon Toys and Games 5-core + metadata (2014)", _AMAZON14, _AMAZON_LICENSE,
+                        files=_amazon14_files("Toys_and_Games")),),
+        license=_AMAZON_LICENSE,
+        how_to_get="rbench data prepare rec-toy --from DIR (reviews_Toys_and_Games_5.json.gz + "
+        "meta_Toys_and_Games.json.gz, or RecBole Amazon_Toys_and_Games.inter/.item)",
+        paper_row=4,
+        donates=("mixed", "shift", "scaled"),
+        layouts=(_amazon14_layout("Toys_and_Games"),
+                 Layout("atomic", "RecBole atomic", ("Amazon_Toys_and_Games.inter",), ("{stem}.item",))),
+    ),
+    RecSpec(
+        name="rec-clothing",
+        title="Rec-Clothing",
+        scenario="ultra",
+        domain="recommendation",
+        description="Sequential recommendation on Amazon Clothing, Shoes and Jewelry (2023) with the "
+        "whole ~6.8M-item catalogue as the pool.",
+        paper_candidates=6805462,
+        paper_queries=185925,
+        sources=(Source("Amazon Reviews 2023: Clothing_Shoes_and_Jewelry", "https://amazon-reviews-2023.github.io/",
+                        _AMAZON_LICENSE, files=_amazon23_files("Clothing_Shoes_and_Jewelry")),),
+        license=_AMAZON_LICENSE,
+        how_to_get="rbench data download rec-clothing, or --from DIR (Clothing_Shoes_and_Jewelry.jsonl.gz + "
+        "meta_Clothing_Shoes_and_Jewelry.jsonl.gz, or RecBole atomic)",
+        paper_row=7,
+        donates=("scaled",),
+        layouts=(Layout("amazon23", "Amazon Reviews 2023",
+                        ("Clothing_Shoes_and_Jewelry.jsonl.gz", "Clothing_Shoes_and_Jewelry.jsonl"),
+                        ("meta_Clothing_Shoes_and_Jewelry.jsonl.gz", "meta_Clothing_Shoes_and_Jewelry.jsonl")),
+                 Layout("atomic", "RecBole atomic",
+                        ("Clothing_Shoes_and_Jewelry.inter", "Amazon_Clothing_Shoes_and_Jewelry.inter"),
+                        ("{stem}.item",))),
+    ),
+)
+
+
+# ------------------------------------------------------------------------------------------
+# finding, checking and loading
+# ------------------------------------------------------------------------------------------
+
+
+def find_inputs(spec: RecSpec) -> Found | None:
     """The input files of a task in ``raw_dir(task)`` or in exactly one of its subfolders."""
-    layouts = LAYOUTS.get(spec.name)
-    if layouts is None:
-        raise RBenchError(f"task {spec.name!r} has no recommendation input layout")
-    d = locate(paths.raw_dir(spec.name), lambda p: _match(p, layouts) is not None)
-    return _match(d, layouts) if d is not None else None
+    d = locate(paths.raw_dir(spec.name), lambda p: _match(p, spec.layouts) is not None)
+    return _match(d, spec.layouts) if d is not None else None
 
 
-@guarded_status
-def data_status(spec: TaskSpec) -> tuple[bool, str]:
-    raw = paths.raw_dir(spec.name)
-    found = find_inputs(spec)
-    if found is None:
-        partial = _match(raw, LAYOUTS[spec.name], partial=True) if raw.is_dir() else None
-        note = ""
-        if partial is not None:
-            stem = partial.interactions.name.removesuffix(".inter")
-            wanted = " or ".join(m.replace("{stem}", stem) for m in partial.layout.metadata)
-            note = f"found {partial.interactions.name} but not {wanted}"
-        return not_present(spec, raw, note)
-    files = found.interactions.name + (f", {found.metadata.name}" if found.metadata else
-                                       " (no .item file: items are titled 'item <id>')")
-    return True, f"{found.layout.label}: {files} in {found.directory}"
-
-
-def _inputs_or_raise(spec: TaskSpec) -> Found:
-    found = find_inputs(spec)
-    if found is None:
-        _, detail = data_status(spec)
-        raise RBenchError(f"task {spec.name!r}: data {detail}")
-    return found
-
-
-def _amazon_task(spec: TaskSpec, found: Found, options: Options | None, seed: int) -> TaskData:
+def _amazon_task(spec: RecSpec, found: Found, options: Options | None, seed: int) -> TaskData:
     from rbench.tasks import amazon
 
     fmt = amazon.FORMAT_2023 if found.layout.kind == "amazon23" else amazon.FORMAT_2014
@@ -916,41 +922,56 @@ def _amazon_task(spec: TaskSpec, found: Found, options: Options | None, seed: in
                             info={"layout": found.layout.label})
 
 
-def load_recommendation(spec: TaskSpec, options: Options | None, seed: int = 0) -> TaskData:
-    """Read whichever layout ``find_inputs`` finds and apply the protocol with the task's pool rule."""
-    found = _inputs_or_raise(spec)
-    info = {"layout": found.layout.label}
-    rule = POOL_RULE[spec.name]
-    if found.layout.kind == "ml-dat":
-        assert found.metadata is not None
-        return build_sequential_task(spec, read_ml_ratings(found.interactions), read_ml_movies(found.metadata),
-                                     options, str(found.directory), catalogue=rule, seed=seed, info=info)  # type: ignore[arg-type]
-    if found.layout.kind == "atomic":
-        return build_sequential_task(spec, interactions_from_atomic(found.interactions),
-                                     items_from_atomic(found.metadata), options, str(found.directory),
-                                     catalogue=rule, seed=seed, info=info)  # type: ignore[arg-type]
-    return _amazon_task(spec, found, options, seed)
+class RecommendationFamily(TaskFamily):
+    """Rec-Music, Rec-Movie, Rec-Toy and Rec-Clothing: raw files in ``raw_dir(task)``, read in
+    whichever of the spec's layouts is found, then the protocol of this module."""
 
+    name = "recsys"
+    doc = __doc__ or ""
 
-def load_rec_movie(spec: TaskSpec, options: SequentialOptions | None, seed: int = 0) -> TaskData:
-    return load_recommendation(spec, options, seed)
+    def __init__(self, specs: tuple[RecSpec, ...] = SPECS) -> None:
+        self._specs = specs
 
+    def specs(self) -> tuple[TaskSpec, ...]:
+        return self._specs
 
-def load_rec_toy(spec: TaskSpec, options: SequentialOptions | None, seed: int = 0) -> TaskData:
-    return load_recommendation(spec, options, seed)
+    def options_type(self, spec: TaskSpec) -> type:
+        return SmallListOptions if spec.scenario == "small" else SequentialOptions
 
+    def check(self, spec: TaskSpec) -> tuple[bool, str]:
+        assert isinstance(spec, RecSpec)
+        raw = paths.raw_dir(spec.name)
+        found = find_inputs(spec)
+        if found is None:
+            partial = _match(raw, spec.layouts, partial=True) if raw.is_dir() else None
+            note = ""
+            if partial is not None:
+                stem = partial.interactions.name.removesuffix(".inter")
+                wanted = " or ".join(m.replace("{stem}", stem) for m in partial.layout.metadata)
+                note = f"found {partial.interactions.name} but not {wanted}"
+            return not_present(spec, raw, note)
+        files = found.interactions.name + (f", {found.metadata.name}" if found.metadata else
+                                           " (no .item file: items are titled 'item <id>')")
+        return True, f"{found.layout.label}: {files} in {found.directory}"
 
-def load_rec_clothing(spec: TaskSpec, options: SequentialOptions | None, seed: int = 0) -> TaskData:
-    return load_recommendation(spec, options, seed)
-
-
-def load_rec_music(spec: TaskSpec, options: SmallListOptions | None, seed: int = 0) -> TaskData:
-    return load_recommendation(spec, options or SmallListOptions(), seed)
-
-
-# ------------------------------------------------------------------------------------------
-# ml-100k (embedded default)
-# ------------------------------------------------------------------------------------------
+    def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
+        """Read whichever layout ``find_inputs`` finds and apply the protocol with the task's pool rule."""
+        assert isinstance(spec, RecSpec)
+        options = options or self.options_type(spec)()
+        found = find_inputs(spec)
+        if found is None:
+            raise RBenchError(f"task {spec.name!r}: data {self.status(spec)[1]}")
+        info = {"layout": found.layout.label}
+        if found.layout.kind == "ml-dat":
+            assert found.metadata is not None
+            return build_sequential_task(spec, read_ml_ratings(found.interactions), read_ml_movies(found.metadata),
+                                         options, str(found.directory), catalogue=spec.pool_rule, seed=seed,
+                                         info=info)
+        if found.layout.kind == "atomic":
+            return build_sequential_task(spec, interactions_from_atomic(found.interactions),
+                                         items_from_atomic(found.metadata), options, str(found.directory),
+                                         catalogue=spec.pool_rule, seed=seed, info=info)
+        return _amazon_task(spec, found, options, seed)
 
 
 def recbole_example_dir(name: str = "ml-100k") -> Path:
@@ -973,5 +994,33 @@ def load_atomic_dir(spec: TaskSpec, directory: Path, stem: str, options: Sequent
     return build_sequential_task(spec, inter, items, options, source=str(directory))
 
 
-def load_ml100k(spec: TaskSpec, options: SequentialOptions | None, seed: int = 0) -> TaskData:
-    return load_atomic_dir(spec, recbole_example_dir("ml-100k"), "ml-100k", options)
+class EmbeddedFamily(TaskFamily):
+    """ml-100k: MovieLens 100K read from inside the installed ``recbole`` package. It loads in
+    about half a second, so it is not cached, and there is no raw folder to fill."""
+
+    name = "recsys-embedded"
+    doc = __doc__ or ""
+    cached = False
+    links_from = False
+
+    def specs(self) -> tuple[TaskSpec, ...]:
+        return (ML100K,)
+
+    def options_type(self, spec: TaskSpec) -> type:
+        return SequentialOptions
+
+    def inputs(self, spec: TaskSpec) -> list[Path]:
+        return [recbole_example_dir(spec.name)]
+
+    def check(self, spec: TaskSpec) -> tuple[bool, str]:
+        import importlib.util
+
+        ok = importlib.util.find_spec("recbole") is not None
+        return ok, ("inside installed recbole" if ok else "install rbench[recsys] (recbole ships it)")
+
+    def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
+        return load_atomic_dir(spec, recbole_example_dir(spec.name), spec.name, options)
+
+
+FAMILY = RecommendationFamily()
+EMBEDDED = EmbeddedFamily()

@@ -48,10 +48,10 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench import paths
-from rbench.api import Pool, TaskData
+from rbench.api import Pool, Source, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError, did_you_mean
-from rbench.tasks.generic import QueryTable, assemble, guarded_status, locate, not_present, split_labels
-from rbench.tasks.spec import TaskSpec
+from rbench.tasks.family import TaskFamily
+from rbench.tasks.kit import QueryTable, assemble, locate, not_present, split_labels
 
 WEIGHTS: dict[str, tuple[float, float]] = {"balance": (0.5, 0.5), "performance": (1.0, 0.0), "cost": (0.2, 0.8)}
 REQUIRED = ("task_id", "query", "llm", "effect", "cost")
@@ -89,7 +89,6 @@ def _data_dir(spec: TaskSpec) -> Path | None:
     return locate(paths.raw_dir(spec.name), lambda p: _csv_file(p) is not None)
 
 
-@guarded_status
 def data_status(spec: TaskSpec) -> tuple[bool, str]:
     d = _data_dir(spec)
     if d is None:
@@ -317,3 +316,41 @@ def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) 
     if len(set(table.ids.tolist())) != nq:
         raise RBenchError("internal: query ids are not unique")
     return assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),))
+
+
+SPEC = TaskSpec(
+    name="routing-balance",
+    title="Routing-Balance",
+    scenario="small",
+    domain="routing",
+    description="LLM routing: rank the candidate LLMs for a query; the positive maximises "
+    "0.5*effect - 0.5*normalised cost (GraphRouter's balance scenario).",
+    paper_candidates=20,
+    paper_queries=1620,
+    sources=(Source("GraphRouter router_data.csv", "https://github.com/ulab-uiuc/GraphRouter", "MIT"),),
+    license="MIT (GraphRouter)",
+    how_to_get="rbench data prepare routing-balance --from DIR (router_data.csv [+ model descriptions])",
+    paper_row=2,
+)
+
+
+class RoutingFamily(TaskFamily):
+    """LLM routing from GraphRouter's router_data.csv (see the module doc for the protocol)."""
+
+    name = "routing"
+    doc = __doc__ or ""
+
+    def specs(self) -> tuple[TaskSpec, ...]:
+        return (SPEC,)
+
+    def options_type(self, spec: TaskSpec) -> type:
+        return RoutingOptions
+
+    def check(self, spec: TaskSpec) -> tuple[bool, str]:
+        return data_status(spec)
+
+    def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
+        return load_routing(spec, options, seed)
+
+
+FAMILY = RoutingFamily()

@@ -10,9 +10,9 @@ import pytest
 
 from rbench.engine import validate_queries
 from rbench.errors import DataError, RBenchError
-from rbench.tasks import get_task, list_tasks, load_task
-from rbench.tasks.generic import MIN_SPLIT_QUERIES, import_task, imported_root, imported_specs, split_labels
-from rbench.tasks.registry import data_status
+from rbench.tasks.imported import imported_root, imported_specs
+from rbench.tasks.kit import MIN_SPLIT_QUERIES, split_labels
+from rbench.tasks.registry import data_status, get_task, import_task, list_tasks, load_task, resolve
 
 
 def write_jsonl(path, objs) -> None:
@@ -55,7 +55,9 @@ def test_import_then_load_keeps_graded_qrels(tmp_path):
     assert meta["counts"] == {"documents": 40, "queries": 25, "queries_with_positives": len(truth),
                               "judgements": 3 * len(truth) + (25 - len(truth))}
     spec = get_task("my-task")
-    assert spec.domain == "generic" and spec.loader == "rbench.tasks.generic:load_generic"
+    assert spec.domain == "generic" and resolve(spec.name).family.name == "imported"
+    stored = json.loads((imported_root() / spec.name / "task.json").read_text())
+    assert "loader" not in stored and "options" not in stored  # data, never code paths
     assert "my-task" in {s.name for s in list_tasks()}
     present, detail = data_status(spec)
     assert present and "corpus.jsonl" in detail
