@@ -18,11 +18,14 @@ pytest.importorskip("sklearn")
 from rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
 from rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
 from rankers.lranker.ranker import LRankerRanker  # noqa: E402
-from rbench.api import RunContext  # noqa: E402
+from rbench.api import (  # noqa: E402
+    PLACEHOLDER,
+    PROMPTS,
+    RunContext,  # noqa: E402
+)
 from rbench.config import build_config  # noqa: E402
 from rbench.engine import evaluate  # noqa: E402
 from rbench.errors import RBenchError  # noqa: E402
-from rbench.api import PLACEHOLDER, PROMPTS  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4

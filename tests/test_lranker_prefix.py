@@ -16,8 +16,11 @@ from rankers.lranker.config import LRankerConfig  # noqa: E402
 from rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
 from rankers.lranker.prefix import NoPrefix, PrefixCache, supports_prefix_cache  # noqa: E402
 from rankers.lranker.ranker import LRankerRanker  # noqa: E402
-from rbench.api import RunContext  # noqa: E402
-from rbench.api import PLACEHOLDER, PROMPTS  # noqa: E402
+from rbench.api import (  # noqa: E402
+    PLACEHOLDER,
+    PROMPTS,
+    RunContext,  # noqa: E402
+)
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K, SLOT = 4, 8

@@ -53,8 +53,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from rbench.errors import RBenchError
 from rbench.api import PLACEHOLDER
+from rbench.errors import RBenchError
 
 from .config import LRankerConfig
 
