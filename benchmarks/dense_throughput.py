@@ -92,10 +92,9 @@ def main() -> None:
               "(memory-mapped embedding cache; no encoding).")
     md.append(f"\nModel load (second time, files in the page cache): {model_load:.2f} s.")
     out = ROOT / "benchmarks" / "results" / "dense_throughput.md"
-    out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(md) + "\n")
-    os.replace(tmp, out)
+    from rbench.atomic import atomic_write_text
+
+    atomic_write_text(out, "\n".join(md) + "\n")
     print(f"wrote {out}")
 
 

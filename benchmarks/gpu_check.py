@@ -210,10 +210,9 @@ def main(argv: list[str] | None = None) -> int:
               "steps/s and the data-wait share cover the training loop without the validation evaluations; "
               f"latency = one `encode` call over {args.test_queries} test queries / {args.test_queries}, after a "
               "warm-up.", "", *lines, "", *[f"- {n}" for n in notes], ""]
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        tmp_out = args.out.with_suffix(".tmp")
-        tmp_out.write_text("\n".join(md))
-        tmp_out.replace(args.out)
+        from rbench.atomic import atomic_write_text
+
+        atomic_write_text(args.out, "\n".join(md))
         console.print(f"wrote {args.out}")
     return 0
 

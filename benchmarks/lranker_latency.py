@@ -115,9 +115,9 @@ def update_md(path: Path, title: str, section: list[str], header: list[str]) -> 
     else:
         sections.append((title, f"## {title}\n\n{body}"))
     out = "\n".join(header).rstrip() + "\n\n" + "\n".join(b for _, b in sections)
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text(out)
-    tmp.replace(path)
+    from rbench.atomic import atomic_write_text
+
+    atomic_write_text(path, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -123,10 +123,9 @@ def main(argv: list[str] | None = None) -> int:
           "Data-wait share = time the training loop waited for the next step's inputs / wall time of the "
           "timed steps (goal <= 5%). workers=0 builds each step (negatives, masks, partition centroids, "
           "tokens) inside the loop.", "", *lines, "", f"- {summary}", ""]
-    args.out.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.out.with_suffix(".tmp")
-    tmp.write_text("\n".join(md))
-    tmp.replace(args.out)
+    from rbench.atomic import atomic_write_text
+
+    atomic_write_text(args.out, "\n".join(md))
     console.print(f"wrote {args.out}")
     return 0
 

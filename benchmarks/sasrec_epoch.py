@@ -112,10 +112,9 @@ def main() -> None:
     md.append("\n`malloc` = `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000`.")
     Console().print(t)
     path = ROOT / "benchmarks" / "results" / "sasrec_epoch.md"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_suffix(".md.tmp")
-    tmp.write_text("\n".join(md) + "\n")
-    os.replace(tmp, path)
+    from rbench.atomic import atomic_write_text
+
+    atomic_write_text(path, "\n".join(md) + "\n")
     print(f"wrote {path}")
 
 

@@ -54,11 +54,16 @@ Choices, written down:
   projected text embedding. Fitting after training (rather than jointly) keeps RecBole's models
   and training untouched and costs one small linear solve.
 - **Logs and checkpoints** stay under ``<cache>/recbole/<model>-<key>/`` (``recbole.log``,
-  ``checkpoints/``, ``tensorboard/``). A trained model is reused when everything it depends on
-  (data, options, seed, versions) is unchanged (``reuse=false`` retrains).
+  ``model.pt``, ``meta.json``, ``tensorboard/``). A trained model is reused when everything it
+  depends on (data, options, seed, versions) is unchanged (``reuse=false`` retrains).
+- Checkpoints are data, never code (the cache may sit on shared storage): RecBole's own
+  checkpoint pickles its whole config, so only a ``weights_only=False`` load could read it back;
+  its writer is replaced by one that keeps the best state dict in memory, and nothing is ever
+  loaded with ``weights_only=False``. ``model.pt`` is a plain state dict (caches from earlier
+  versions already were), loaded with ``weights_only=True``; one that holds anything else (a
+  planted pickle, a damaged file, tensors that do not fit the model) is trained again with a note.
 - RecBole pitfalls handled here: ``trainer.evaluate(load_best_model=True)`` fails under
-  torch >= 2.6, so the best state dict is loaded from the checkpoint file RecBole just wrote
-  (our own file, loaded with ``weights_only=False``); ``recbole.quick_start`` imports ray, so the
+  torch >= 2.6 (the checkpoint above); ``recbole.quick_start`` imports ray, so the
   lower-level API is used; RecBole's ``Config`` parses ``sys.argv`` (it is hidden from it);
   its context models use ``np.long`` (gone in numpy 1.24-1.26; aliased to int64 while building).
 - Defaults are RecBole 1.2.1's own (the paper gives no baseline hyper-parameters) except the
@@ -69,15 +74,13 @@ Choices, written down:
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import hashlib
 import json
 import logging
-import os
 import re
-import shutil
 import sys
-import tempfile
 import time
 import warnings
 from collections.abc import Iterator
@@ -88,6 +91,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData
+from rbench.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.errors import RBenchError
 from rbench.plugins import BaseRanker
 
@@ -280,59 +284,53 @@ def write_recbole_data(task: TaskData, kind: str, max_len: int, cache: Path) -> 
     done = root / DATASET / "done.json"
     if done.exists():
         return WrittenData(root, key, user_token, json.loads(done.read_text()))
-    cache.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=f".data-{key}-", dir=cache))
-    d = tmp / DATASET
-    d.mkdir()
-    n_items = len(task.fit_pool)
-    with open(d / f"{DATASET}.item", "w", encoding="utf-8") as fh:
-        fh.write("item_id:token\n")
-        fh.writelines(f"{i}\n" for i in range(n_items))
-    if kind == "sequential":
-        for split, q, users in (("train", task.train, tr_users), ("valid", task.valid, va_users)):
-            rows, skipped = 0, 0
-            with open(d / f"{DATASET}.{split}.inter", "w", encoding="utf-8") as fh:
-                fh.write("user_id:token\titem_id_list:token_seq\titem_id:token\n")
-                for i in range(len(q)):
-                    hist = _last(q.history[i], max_len)
-                    if len(hist) == 0:
-                        skipped += len(q.positives[i])
-                        continue
-                    h = " ".join(map(str, hist.tolist()))
-                    for target in q.positives[i].tolist():
-                        fh.write(f"{users[i]}\t{h}\t{target}\n")
-                        rows += 1
-            stats[f"{split}_rows"], stats[f"{split}_skipped_empty_history"] = rows, skipped
-    else:
-        parts_u, parts_i = [], []
-        for q, users in ((task.train, tr_users), (task.valid, va_users)):
-            if q.history is not None:
-                parts_u.append(users[q.history.row_ids()])
-                parts_i.append(q.history.values)
-        parts_u.append(tr_users[task.train.positives.row_ids()])
-        parts_i.append(task.train.positives.values)
-        import pandas as pd
+    # the same key is the same data: a writer that finishes second keeps the first one's folder
+    with atomic_dir(root, replace=False) as tmp:
+        d = tmp / DATASET
+        d.mkdir()
+        n_items = len(task.fit_pool)
+        with open(d / f"{DATASET}.item", "w", encoding="utf-8") as fh:
+            fh.write("item_id:token\n")
+            fh.writelines(f"{i}\n" for i in range(n_items))
+        if kind == "sequential":
+            for split, q, users in (("train", task.train, tr_users), ("valid", task.valid, va_users)):
+                rows, skipped = 0, 0
+                with open(d / f"{DATASET}.{split}.inter", "w", encoding="utf-8") as fh:
+                    fh.write("user_id:token\titem_id_list:token_seq\titem_id:token\n")
+                    for i in range(len(q)):
+                        hist = _last(q.history[i], max_len)
+                        if len(hist) == 0:
+                            skipped += len(q.positives[i])
+                            continue
+                        h = " ".join(map(str, hist.tolist()))
+                        for target in q.positives[i].tolist():
+                            fh.write(f"{users[i]}\t{h}\t{target}\n")
+                            rows += 1
+                stats[f"{split}_rows"], stats[f"{split}_skipped_empty_history"] = rows, skipped
+        else:
+            parts_u, parts_i = [], []
+            for q, users in ((task.train, tr_users), (task.valid, va_users)):
+                if q.history is not None:
+                    parts_u.append(users[q.history.row_ids()])
+                    parts_i.append(q.history.values)
+            parts_u.append(tr_users[task.train.positives.row_ids()])
+            parts_i.append(task.train.positives.values)
+            import pandas as pd
 
-        pairs = pd.DataFrame({"u": np.concatenate(parts_u), "i": np.concatenate(parts_i)}).drop_duplicates()
-        pairs = pairs.sort_values(["u", "i"], kind="stable")
-        with open(d / f"{DATASET}.train.inter", "w", encoding="utf-8") as fh:
-            fh.write("user_id:token\titem_id:token\n")
-            fh.writelines(f"{u}\t{i}\n" for u, i in zip(pairs["u"], pairs["i"]))
-        with open(d / f"{DATASET}.valid.inter", "w", encoding="utf-8") as fh:
-            fh.write("user_id:token\titem_id:token\n")
-            rows = 0
-            for i in range(len(task.valid)):
-                for target in task.valid.positives[i].tolist():
-                    fh.write(f"{va_users[i]}\t{target}\n")
-                    rows += 1
-        stats = {"train_rows": int(len(pairs)), "valid_rows": rows}
-    (d / "done.json").write_text(json.dumps(stats))
-    try:
-        os.replace(tmp, root)
-    except OSError:  # another process wrote it first (a non-empty target): use theirs
-        shutil.rmtree(tmp, ignore_errors=True)
-        if not done.exists():
-            raise
+            pairs = pd.DataFrame({"u": np.concatenate(parts_u), "i": np.concatenate(parts_i)}).drop_duplicates()
+            pairs = pairs.sort_values(["u", "i"], kind="stable")
+            with open(d / f"{DATASET}.train.inter", "w", encoding="utf-8") as fh:
+                fh.write("user_id:token\titem_id:token\n")
+                fh.writelines(f"{u}\t{i}\n" for u, i in zip(pairs["u"], pairs["i"]))
+            with open(d / f"{DATASET}.valid.inter", "w", encoding="utf-8") as fh:
+                fh.write("user_id:token\titem_id:token\n")
+                rows = 0
+                for i in range(len(task.valid)):
+                    for target in task.valid.positives[i].tolist():
+                        fh.write(f"{va_users[i]}\t{target}\n")
+                        rows += 1
+            stats = {"train_rows": int(len(pairs)), "valid_rows": rows}
+        (d / "done.json").write_text(json.dumps(stats))
     return WrittenData(root, key, user_token, json.loads(done.read_text()))
 
 
@@ -396,9 +394,7 @@ def recbole_session(run_dir: Path) -> Iterator[None]:
 
 
 def _atomic_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1, default=str))
 
 
 def match_to_fit(pool: Pool, fit_index: dict[str, int], task_name: str) -> np.ndarray:
@@ -573,19 +569,21 @@ class RecBoleRanker(BaseRanker):
             from recbole.utils import get_model
 
             model = get_model(config["model"])(config, train_data.dataset).to(config["device"])
-            if self.cfg.reuse and weights.exists() and meta_path.exists():
-                model.load_state_dict(torch.load(weights, map_location=config["device"], weights_only=True))
-                meta = json.loads(meta_path.read_text())
+            meta, unusable = (self._cached(model, weights, meta_path, config["device"]) if self.cfg.reuse
+                              else (None, ""))
+            if meta is not None:
                 if "training_budget" not in meta:  # a model cached before budgets were recorded
                     meta["training_budget"] = self._budget(meta, train_data, model)
                 meta["reused"] = True
             else:
                 meta = self._train(config, model, train_data, valid_data, run_dir)
-                tmp = weights.with_suffix(".pt.tmp")
-                torch.save(model.state_dict(), tmp)
-                os.replace(tmp, weights)
+                with atomic_path(weights) as tmp:
+                    torch.save(model.state_dict(), tmp)
                 _atomic_json(meta_path, meta)
                 meta["reused"] = False
+        if unusable:  # said outside the session, which silences RecBole's warnings
+            warnings.warn(f"cached model {weights} cannot be loaded as plain weights ({unusable}); trained again",
+                          stacklevel=2)
         model.eval()
         self.model, self._dataset = model, dataset
         item_tok = dataset.field2token_id["item_id"]
@@ -601,8 +599,29 @@ class RecBoleRanker(BaseRanker):
         if self.cfg.item_text_features:
             self._fit_text_projection(task)
 
-    def _train(self, config: Any, model: Any, train_data: Any, valid_data: Any, run_dir: Path) -> dict[str, Any]:
+    def _cached(self, model: Any, weights: Path, meta_path: Path, device: Any) -> tuple[dict[str, Any] | None, str]:
+        """Load a cached model into ``model``: (its meta, ""), or (None, why it is unusable; "" when
+        there is none). Only plain tensors are read (``weights_only``): the cache may sit on shared
+        storage, and a planted pickle must not run."""
         import torch
+
+        if not (weights.exists() and meta_path.exists()):
+            return None, ""
+        try:
+            state = torch.load(weights, map_location=device, weights_only=True)
+            own = model.state_dict()
+            if not isinstance(state, dict) or set(state) != set(own) or any(
+                    not isinstance(state[k], torch.Tensor) or state[k].shape != v.shape for k, v in own.items()):
+                raise ValueError("its tensors do not fit the model")
+            meta = json.loads(meta_path.read_text())
+            if not isinstance(meta, dict):
+                raise ValueError(f"{meta_path.name} is not a JSON object")
+        except Exception as exc:  # noqa: BLE001 - any unreadable cache is rebuilt
+            return None, (str(exc).strip().splitlines() or [type(exc).__name__])[0][:200]
+        model.load_state_dict(state)
+        return meta, ""
+
+    def _train(self, config: Any, model: Any, train_data: Any, valid_data: Any, run_dir: Path) -> dict[str, Any]:
         from recbole.utils import get_trainer
 
         trainer = get_trainer(config["MODEL_TYPE"], config["model"])(config, model)
@@ -637,15 +656,23 @@ class RecBoleRanker(BaseRanker):
                 print(f"  {self.name} epoch {epoch}: valid {self.cfg.valid_metric}={score:.4f} "
                       f"(best {best:.4f}) {curve[-1][2]:.0f}s", file=sys.stderr, flush=True)
 
+        best: dict[str, Any] = {}
+
+        def keep_best(epoch: int, verbose: bool = True, **kwargs: Any) -> None:
+            # instead of RecBole's pickled checkpoint (config object and all), which only a
+            # weights_only=False load could read back: the best state stays in memory
+            best.update(epoch=epoch, other_parameter=copy.deepcopy(model.other_parameter()),
+                        state_dict={k: v.detach().clone() for k, v in model.state_dict().items()})
+
         trainer._train_epoch, trainer._valid_epoch = on_train_epoch, on_valid_epoch
+        trainer._save_checkpoint = keep_best
         best_score, _ = trainer.fit(train_data, valid_data, saved=True, show_progress=self.cfg.show_progress,
                                     callback_fn=on_epoch)
         train_s = time.perf_counter() - t0
-        # torch >= 2.6 refuses RecBole's pickled checkpoint by default; this is the file it just wrote
-        state = torch.load(trainer.saved_model_file, map_location=config["device"], weights_only=False)
-        model.load_state_dict(state["state_dict"])
-        model.load_other_parameter(state.get("other_parameter"))
-        best_epoch = int(state.get("epoch", -1))
+        if best:
+            model.load_state_dict(best["state_dict"])
+            model.load_other_parameter(best["other_parameter"])
+        best_epoch = int(best.get("epoch", -1))
         epochs_run = len(trainer.train_loss_dict)
         meta = {"epochs_run": epochs_run, "best_epoch": best_epoch, "train_s": round(train_s, 2),
                 "s_per_epoch": round(train_s / max(epochs_run, 1), 2),

@@ -8,6 +8,7 @@ queries never become millions of Python lists.
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
@@ -49,6 +50,7 @@ PROMPTS: dict[str, str] = {
 }
 PROMPTS["generic"] = PROMPTS["passage"]
 PLACEHOLDER = "<|embedding|>"
+MAX_GRADE = 1e9  # relevance grades are in (0, MAX_GRADE]: nDCG sums them as gains, larger ones overflow it
 
 
 @dataclass(frozen=True)
@@ -156,7 +158,14 @@ class Ragged:
         return len(self.offsets) - 1
 
     def __getitem__(self, i: int) -> np.ndarray:
-        return self.values[self.offsets[i] : self.offsets[i + 1]]
+        """Row ``i``; negative indices count from the end, as for a list."""
+        n = len(self)
+        j = operator.index(i)
+        if j < 0:
+            j += n
+        if not 0 <= j < n:
+            raise IndexError(f"Ragged row {i} out of range for {n} rows")
+        return self.values[self.offsets[j] : self.offsets[j + 1]]
 
     def __iter__(self) -> Iterator[np.ndarray]:
         for i in range(len(self)):

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import sys
+import warnings
 from pathlib import Path
 from typing import Optional
 
@@ -24,7 +25,7 @@ from rich.progress import (
 )
 from rich.table import Table
 
-from rbench.errors import RBenchError
+from rbench.errors import RBenchError, write_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
@@ -191,10 +192,13 @@ def table_cmd(
     paper: bool = typer.Option(False, "--paper", help="Append the paper's own numbers as a separate, labelled "
                                "reference table (md only)."),
 ) -> None:
-    """Build a leaderboard (ranker rows x task columns) from RunRecords."""
+    """Build a leaderboard (ranker rows x task columns) from RunRecords.
+
+    A results directory that does not exist, an unknown variant and a malformed RunRecord are
+    errors; an empty table never replaces one that has rows."""
     from rbench import leaderboard
     from rbench.api import SCENARIOS
-    from rbench.results import atomic_write_bytes
+    from rbench.atomic import atomic_write_bytes
 
     if scenario not in SCENARIOS:
         from rbench.errors import unknown
@@ -207,18 +211,33 @@ def table_cmd(
 
         raise unknown("format", fmt, render)
     lb = leaderboard.build(results_dir, scenario, variant)
+    suffix = "" if lb.variant == "original" else f"~{lb.variant}"
+    target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
+    text = render[fmt](lb).encode()
+    if not lb.rows:
+        _refuse_emptying(target, text, f"no RunRecords of scenario {scenario!r}"
+                         + ("" if lb.variant == "original" else f", variant {lb.variant!r},") + f" under {results_dir}")
     out.print(leaderboard.rich_table(lb))
     out.print(leaderboard.FOOTER, soft_wrap=True)
     budgets = leaderboard.rich_budget_table(lb)
     if budgets is not None:
         out.print(budgets)
-    suffix = "" if lb.variant == "original" else f"~{lb.variant}"
-    target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
     try:
-        atomic_write_bytes(target, render[fmt](lb).encode())
+        atomic_write_bytes(target, text)
     except OSError as exc:
-        raise RBenchError(f"cannot write {target}: {exc.strerror or exc}") from exc
+        raise RBenchError(f"cannot write {target} ({write_failure(target, exc)})") from exc
     out.print(f"written: {target}")
+
+
+def _refuse_emptying(target: Path, empty: bytes, why: str) -> None:
+    """An empty table never replaces a table that has rows (a mistyped option would wipe it)."""
+    try:
+        before = target.read_bytes() if target.is_file() else None
+    except OSError:
+        before = None
+    if before is not None and before != empty:
+        raise RBenchError(f"{why}: {target} is left as it is (delete it first to write an empty table)")
+    warnings.warn(f"{why}: the table is empty", stacklevel=2)
 
 
 plot_app = typer.Typer(no_args_is_help=True, help="Figures from RunRecords (PNG).")
@@ -292,35 +311,102 @@ def _note(message, category, filename, lineno, file=None, line=None) -> None:  #
     err.print(f"[yellow]note:[/yellow] {escape(str(message))}", soft_wrap=True, highlight=False)
 
 
+def _click_kinds() -> dict[str, tuple[type, ...]]:
+    """The exception classes of every click the CLI may meet: typer >= 0.2x bundles its own copy
+    (``typer._click``), older typer uses the ``click`` package; either may be installed."""
+    import importlib
+
+    kinds: dict[str, list[type]] = {"ClickException": [], "NoArgsIsHelpError": [], "Abort": [typer.Abort]}
+    for module in ("typer._click.exceptions", "click.exceptions"):
+        try:
+            mod = importlib.import_module(module)
+        except ImportError:
+            continue
+        for name, found in kinds.items():
+            cls = getattr(mod, name, None)
+            if isinstance(cls, type) and cls not in found:
+                found.append(cls)
+    return {name: tuple(found) for name, found in kinds.items()}
+
+
+def _error_line(message: str) -> None:
+    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+
+
+def _commands(ctx) -> str:  # noqa: ANN001
+    names = getattr(ctx.command, "list_commands", lambda _ctx: [])(ctx)
+    return f": {', '.join(names)}" if names else ""
+
+
+def _usage_message(exc: Exception) -> str:
+    """A click usage error as one line, with where to find the command's options."""
+    message = " ".join(str(exc.format_message()).split())  # type: ignore[attr-defined]
+    ctx = getattr(exc, "ctx", None)
+    return f"{message} (see {ctx.command_path} --help)" if ctx is not None else message
+
+
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: maps errors to exit codes and one clear line."""
-    import warnings
-
     warnings.showwarning = _note
     try:
-        code = app(args=argv, standalone_mode=False)
+        code = app(args=argv, prog_name="rbench", standalone_mode=False)
         if code == 130:  # click turned a KeyboardInterrupt into an abort
             err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
         return code if isinstance(code, int) else 0
     except RBenchError as exc:
-        err.print(f"[bold red]error:[/bold red] {escape(str(exc))}", highlight=False, soft_wrap=True)
+        _error_line(str(exc))
         return 2
     except KeyboardInterrupt:
         err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
         return 130
     except SystemExit as exc:  # typer/click exits (--help)
         return int(exc.code or 0)
+    except OSError as exc:
+        line = _environment_error(exc)
+        if line is None:
+            return _internal_error(exc)
+        _error_line(line)
+        return 2
     except Exception as exc:
-        import click
-
-        if isinstance(exc, click.exceptions.ClickException):
-            exc.show()
+        kinds = _click_kinds()
+        if isinstance(exc, kinds["NoArgsIsHelpError"]):  # typer printed the help (to stdout) already
+            _error_line(f"{exc.ctx.command_path} needs a command{_commands(exc.ctx)} "
+                        f"(see {exc.ctx.command_path} --help)")
             return 2
-        if isinstance(exc, click.exceptions.Abort):
+        if isinstance(exc, kinds["ClickException"]):  # a usage error: bad or missing option, unknown command
+            _error_line(_usage_message(exc))
+            return 2
+        if isinstance(exc, kinds["Abort"]):
+            if isinstance(exc.__cause__, EOFError):  # click turns any EOFError (a truncated gzip) into Abort
+                _error_line(f"input ended early, a file is truncated? ({exc.__cause__ or 'EOFError'})")
+                return 2
+            err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
             return 130
-        err.print_exception(max_frames=8)
-        err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
-        return 1
+        return _internal_error(exc)
+
+
+def _internal_error(exc: BaseException) -> int:
+    err.print_exception(max_frames=8)
+    err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+    return 1
+
+
+def _environment_error(exc: OSError) -> str | None:
+    """One line for what the machine refused (permissions, a read-only or full disk), naming the
+    path; None for other OS errors (those are bugs to report, with their traceback)."""
+    import errno
+
+    where = exc.filename or "a file"
+    if exc.errno in (errno.ENOSPC, getattr(errno, "EDQUOT", -1)):
+        return f"no space left writing {where}: free some space and run again (files written before are intact)"
+    if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+        from rbench import paths
+
+        home = paths.home()
+        hint = (f"; rbench keeps its data in {home}: make it writable or set RBENCH_HOME to a folder that is"
+                if str(where).startswith(str(home)) else "")
+        return f"cannot write {where} ({exc.strerror}){hint}"
+    return None
 
 
 def entry() -> None:

@@ -16,10 +16,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, Optional
 
@@ -39,6 +41,7 @@ from rich.table import Table
 
 from rbench import paths
 from rbench.api import TaskSpec
+from rbench.atomic import remove_path, remove_stale, scratch_dir, swap_in
 from rbench.errors import RBenchError
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
@@ -95,7 +98,7 @@ def download_cmd(
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
     for rf in files:
         m = manifest.get(rf.filename, {})
-        pin = "checked" if rf.sha256 else "not published; computed"
+        pin = "checked" if rf.sha256 else "none published; the first one seen is recorded and must hold"
         out.print(f"{rf.filename}: {_bytes(m.get('size', 0))}, sha256 {m.get('sha256', '?')} ({pin})",
                   soft_wrap=True, highlight=False)
     out.print(f"installed into {raw}", soft_wrap=True, highlight=False)
@@ -112,8 +115,12 @@ def _within(path: Path, root: Path) -> bool:
     return p == r or p.startswith(r + os.sep)
 
 
-def link_from(source: Path, raw: Path) -> tuple[str, list[str]]:
-    """Replace ``raw``'s contents by links to ``source`` (see module doc). Returns (how, names)."""
+@contextlib.contextmanager
+def linked_from(source: Path, raw: Path) -> Iterator[tuple[str, list[str]]]:
+    """Replace ``raw``'s contents by links to ``source`` (see module doc) for the block; yields
+    (how, names). The previous raw folder is kept aside until the block succeeds (the task was
+    prepared from the new files) and put back when it fails, so a bad ``--from`` never breaks a
+    task that worked."""
     source = Path(source).expanduser()
     if not source.exists():
         raise RBenchError(f"--from {source}: no such file or folder")
@@ -124,31 +131,32 @@ def link_from(source: Path, raw: Path) -> tuple[str, list[str]]:
     if not entries:
         raise RBenchError(f"--from {source}: the folder is empty")
     raw.parent.mkdir(parents=True, exist_ok=True)
-    tmp = raw.parent / f".from-{raw.name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    remove_stale(raw.parent)
     how = "symlinked"
-    try:
+    with scratch_dir(raw, "from.") as tmp:
+        staged = tmp / raw.name  # made by mkdir (umask mode), not the scratch folder's 0700
+        staged.mkdir()
         for entry in entries:
             try:
-                os.symlink(entry, tmp / entry.name, target_is_directory=entry.is_dir())
+                os.symlink(entry, staged / entry.name, target_is_directory=entry.is_dir())
             except OSError:
                 how = "copied"
                 if entry.is_dir():
-                    shutil.copytree(entry, tmp / entry.name)
+                    shutil.copytree(entry, staged / entry.name)
                 else:
-                    shutil.copy2(entry, tmp / entry.name)
-        old = raw.parent / f".old-{raw.name}-{os.getpid()}"
-        if raw.is_symlink() or raw.exists():
-            os.replace(raw, old)
-        os.replace(tmp, raw)
-        if old.is_symlink():
-            old.unlink()  # a raw folder that was itself a link: never delete what it points to
-        elif old.exists():
-            shutil.rmtree(old)  # removes links, never their targets
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return how, [e.name for e in entries]
+                    shutil.copy2(entry, staged / entry.name)
+        old = swap_in(staged, raw)
+    try:
+        yield how, [e.name for e in entries]
+    except BaseException:
+        # the previous folder back, the new one dropped (a folder of links: remove_path unlinks
+        # a raw folder that is itself a link and removes links inside, never their targets)
+        new = swap_in(old, raw) if old is not None else raw
+        if new is not None:
+            remove_path(new)
+        raise
+    if old is not None:
+        remove_path(old)
 
 
 def _task_sets(items: Optional[list[str]]) -> dict[str, str]:
@@ -199,14 +207,16 @@ def prepare_cmd(
             how = f"re-import it with rbench data import {task} ..." if resolved.family.name == "imported" else \
                 "it reads data shipped inside an installed package"
             raise RBenchError(f"task {task!r}: --from does not apply ({how})")
-        how, names = link_from(from_path, paths.raw_dir(task))
-        if not as_json:
-            out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
     before = {m.get("key") for m in store.entries(task)}
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
-                  transient=True, disable=as_json) as progress:
-        progress.add_task(f"preparing {task}", total=None)
-        data = load(resolved, options, seed=seed)
+    with contextlib.ExitStack() as stack:
+        if from_path is not None:
+            how, names = stack.enter_context(linked_from(from_path, paths.raw_dir(task)))
+            if not as_json:
+                out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+                      transient=True, disable=as_json) as progress:
+            progress.add_task(f"preparing {task}", total=None)
+            data = load(resolved, options, seed=seed)
     newest = store.prepared_sizes(spec)
     cached = newest is not None and newest.get("key") in before
     rows = size_rows(data)

@@ -69,7 +69,8 @@ def _coerce(raw: str, tp: Any, key: str) -> Any:
 
 
 def parse_assignments(items: list[str] | None) -> dict[str, str]:
-    """``["k=v", ...]`` -> ``{"k": "v"}``, refusing items without '='."""
+    """``["k=v", ...]`` -> ``{"k": "v"}``, refusing items without '=' and a key given twice with
+    different values (an identical repeat is harmless)."""
     out: dict[str, str] = {}
     for item in items or []:
         if "=" not in item:
@@ -78,6 +79,8 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
         key = key.strip()
         if not key:
             raise RBenchError(f"--set {item!r}: empty key")
+        if key in out and out[key] != value.strip():
+            raise RBenchError(f"--set {key} is given twice ({key}={out[key]} and {key}={value.strip()}): keep one")
         out[key] = value.strip()
     return out
 
@@ -94,13 +97,18 @@ def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> 
                 f"options: {', '.join(sorted(fields))}"
             )
         kwargs[key] = _coerce(value, hints[key], key) if isinstance(value, str) else value
-    cfg = cls(**kwargs)
-    keep = getattr(cfg, "keep_explicit", None)  # presets must not override what the user set
-    if callable(keep):
-        keep(kwargs)
-    validate = getattr(cfg, "validate", None)
-    if callable(validate):
-        validate()
+    try:
+        cfg = cls(**kwargs)
+        keep = getattr(cfg, "keep_explicit", None)  # presets must not override what the user set
+        if callable(keep):
+            keep(kwargs)
+        validate = getattr(cfg, "validate", None)
+        if callable(validate):
+            validate()
+    except ValueError as exc:  # a plugin's own check (``__post_init__`` or ``validate``) refused a value
+        given = ", ".join(f"{k}={v}" for k, v in (overrides or {}).items())
+        raise RBenchError(f"bad option for {owner}" + (f" (--set {given})" if given else "")
+                          + f": {' '.join(str(exc).split()) or type(exc).__name__}") from exc
     return cfg
 
 

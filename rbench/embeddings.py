@@ -5,13 +5,22 @@ under ``RBENCH_HOME/cache/embeddings/<key>/``; later runs memory-map them and do
 Writing goes chunk by chunk into a memory-mapped temp file with a progress marker, so an
 interrupted encoding of a million-item pool resumes where it stopped, and the final file appears
 only complete (atomic rename).
+
+Integrity: one process encodes a given entry at a time (an exclusive lock on the entry's folder;
+a second run on the same new pool waits and then reads the finished file instead of crashing at
+the end). A finished matrix is checked finite before it is published (a NaN is the encoder's
+fault, named as such) and ``emb.json`` records its shape, dtype, byte size and a digest (sha256 of
+``rbench.hashing.file_digest``: the whole file, or size plus sampled blocks for multi-GB
+matrices). Every open verifies
+them; a file that does not match (truncated, altered, another dimension, no record) is removed
+and encoded again, with a one-line warning naming it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
-import os
+import warnings
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,6 +29,9 @@ import numpy as np
 
 from rbench import paths
 from rbench.api import Pool
+from rbench.atomic import atomic_replace, atomic_write_text, locked
+from rbench.errors import RankerOutputError
+from rbench.hashing import file_digest
 
 Encoder = Callable[[list[str]], np.ndarray]
 STORAGE = ("float32", "float16", "bfloat16")
@@ -75,9 +87,32 @@ def cache_key(pool: Pool, key: dict[str, Any]) -> str:
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=1, default=str))
-    os.replace(tmp, path)
+    atomic_write_text(path, json.dumps(data, indent=1, default=str))
+
+
+def _record(final: Path) -> dict[str, Any]:
+    arr = np.load(final, mmap_mode="r")
+    return {"shape": list(arr.shape), "dtype": str(arr.dtype), "bytes": final.stat().st_size,
+            "digest": file_digest(final)}
+
+
+def _damage(final: Path, meta: Path, dim: int | None, n: int) -> str | None:
+    """Why a cached matrix cannot be trusted, or None when it verifies."""
+    try:
+        want = json.loads(meta.read_text())
+    except (OSError, ValueError):
+        return "no integrity record"
+    try:
+        if final.stat().st_size != want.get("bytes"):
+            return f"{final.stat().st_size} bytes, expected {want.get('bytes')} (truncated or replaced)"
+        arr = np.load(final, mmap_mode="r")
+    except (OSError, ValueError) as exc:
+        return f"unreadable ({exc})"
+    if list(arr.shape) != want.get("shape") or arr.ndim != 2 or arr.shape[0] != n or (dim and arr.shape[1] != dim):
+        return f"shape {tuple(arr.shape)}, expected ({n}, {dim or want.get('shape', [0, '?'])[1]})"
+    if file_digest(final) != want.get("digest"):
+        return "content changed since it was written"
+    return None
 
 
 def pool_embeddings(
@@ -111,10 +146,24 @@ def pool_embeddings(
         # without a content fingerprint a cache could silently serve another pool's vectors
         return _encode_all(pool, encode, batch_size, dtype, progress, texts)
     base = (root or paths.cache_dir("embeddings")) / cache_key(pool, key)
-    final = base / "emb.npy"
-    if final.exists():
+    final, meta = base / "emb.npy", base / "emb.json"
+    if final.exists() and _damage(final, meta, dim, len(pool)) is None:
         return _open(final, dtype)
     base.mkdir(parents=True, exist_ok=True)
+    with locked(base / ".lock"):  # one writer per entry: emb.partial.npy keeps its name to resume
+        if final.exists():
+            why = _damage(final, meta, dim, len(pool))
+            if why is None:  # another process finished it while we waited
+                return _open(final, dtype)
+            warnings.warn(f"embedding cache {final} is damaged ({why}); encoding again", stacklevel=2)
+            final.unlink()
+            meta.unlink(missing_ok=True)
+        return _encode_into(pool, key, encode, base, dim, batch_size, dtype, progress, texts)
+
+
+def _encode_into(pool: Pool, key: dict[str, Any], encode: Encoder, base: Path, dim: int | None, batch_size: int,
+                 dtype: str, progress: bool, texts: Callable[[np.ndarray], list[str]] | None) -> Any:
+    final, meta = base / "emb.npy", base / "emb.json"
     _write_json(base / "key.json", {**key, "pool": pool.name, "fingerprint": pool.fingerprint, "n": len(pool)})
     partial, marker = base / "emb.partial.npy", base / "progress.json"
     n = len(pool)
@@ -154,10 +203,27 @@ def pool_embeddings(
         arr = np.lib.format.open_memmap(partial, mode="w+", dtype=np.uint16 if dtype == "bfloat16" else dtype,
                                         shape=(0, dim or 0))
     arr.flush()
+    bad = _first_non_finite(arr, dtype)
     del arr
-    os.replace(partial, final)
+    if bad is not None:
+        partial.unlink(missing_ok=True)
+        marker.unlink(missing_ok=True)
+        raise RankerOutputError(f"the encoder returned a non-finite value for candidate {bad} of pool "
+                                f"{pool.name!r} (id {pool.ids[bad]!r}); nothing was cached")
+    atomic_replace(partial, final)
+    _write_json(meta, _record(final))
     marker.unlink(missing_ok=True)
     return _open(final, dtype)
+
+
+def _first_non_finite(arr: np.ndarray, dtype: str, rows: int = 65536) -> int | None:
+    for start in range(0, arr.shape[0], rows):
+        block = arr[start : start + rows]
+        block = from_bf16_bits(block) if dtype == "bfloat16" else np.asarray(block, dtype=np.float32)
+        ok = np.isfinite(block).all(axis=1)
+        if not ok.all():
+            return start + int(np.flatnonzero(~ok)[0])
+    return None
 
 
 def _encode_all(pool: Pool, encode: Encoder, batch_size: int, dtype: str, progress: bool,

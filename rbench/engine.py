@@ -24,7 +24,7 @@ from typing import Any
 
 import numpy as np
 
-from rbench.api import Pool, Queries, Ragged
+from rbench.api import MAX_GRADE, Pool, Queries, Ragged
 from rbench.errors import DataError, RankerOutputError
 
 Scorer = Callable[[Queries, np.ndarray], np.ndarray]
@@ -235,8 +235,12 @@ def validate_queries(queries: Queries, pool: Pool) -> None:
     vals = queries.positives.values
     if len(vals) and (vals.min() < 0 or vals.max() >= n):
         raise DataError(f"a positive index is outside the pool of {n} candidates")
-    if (queries.grades.values <= 0).any():
-        raise DataError("positive grades must be > 0")
+    grades = queries.grades.values
+    if len(grades) and not (np.isfinite(grades).all() and grades.min() > 0 and grades.max() <= MAX_GRADE):
+        k = int(np.flatnonzero(~(np.isfinite(grades) & (grades > 0) & (grades <= MAX_GRADE)))[0])
+        qid = queries.ids[int(np.searchsorted(queries.positives.offsets, k, side="right") - 1)]
+        raise DataError(f"query {qid!r}: positive grade {grades[k]!r} is not in (0, {MAX_GRADE:g}] "
+                        "(nDCG sums grades as gains; larger ones overflow it)")
     if queries.candidates is not None:
         cand = queries.candidates
         if cand.min() < 0 or cand.max() >= n:

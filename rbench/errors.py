@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Iterable
+from pathlib import Path
 
 
 class RBenchError(Exception):
@@ -29,6 +30,15 @@ class DataError(RBenchError):
 
 class RankerOutputError(RBenchError):
     """A ranker returned scores of the wrong shape or non-finite values."""
+
+
+def write_failure(path: Path, exc: OSError) -> str:
+    """Why ``path`` could not be written, in a few words: a file standing where a folder of its
+    path should be is named (``FileExistsError``/``NotADirectoryError`` alone do not say which)."""
+    blocker = next((d for d in path.parents if d.exists() and not d.is_dir()), None)
+    if blocker is None and isinstance(exc, FileExistsError) and path.exists() and not path.is_dir():
+        blocker = path  # mkdir of a folder that is a file
+    return f"{blocker} is a file, not a folder" if blocker is not None else str(exc.strerror or exc)
 
 
 def did_you_mean(name: str, choices: Iterable[str]) -> str:

@@ -8,6 +8,10 @@ configuration (``RowKey``: name + non-default options), a column a test set (``C
 variant, non-default task options, sample, seed). Names are rendered at the end, from the records
 (a row takes its newest record's label; two configurations that render alike get their option
 hashes appended, so neither hides the other).
+
+Runs of one test set whose ``task_fingerprint`` differs (data prepared from other inputs) get a
+column each, labelled ``[data <fingerprint[:8]>]``: they never share a column or a significance
+test. A NaN metric shows as ``n/a`` and takes no part in marks or tests.
 """
 
 from __future__ import annotations
@@ -15,12 +19,13 @@ from __future__ import annotations
 import csv
 import io
 import json
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from rbench.budget import BUDGET_FIELDS, budget_cells, budget_raw, training_budget
-from rbench.pools import Variant
-from rbench.results import ColumnKey, RowKey, RunRecord, load_records, recorded_variant
+from rbench.errors import RBenchError, unknown
+from rbench.pools import Variant, parse_variant
+from rbench.results import ColumnKey, RowKey, RunRecord, finite, load_records, require_results_dir
 from rbench.tasks.registry import paper_tasks
 
 SHOWN = (("nDCG@10", "nDCG@10"), ("RR", "MRR"))
@@ -59,15 +64,18 @@ class Leaderboard:
     def metric_columns(self) -> list[tuple[ColumnKey, str, str]]:
         return [c for c in self.columns() if c[1] != DELTA]
 
+    def value(self, row: RowKey, column: ColumnKey, metric: str) -> float | None:
+        """A cell's metric (None when the cell is empty)."""
+        cell = self.cells.get((row, column))
+        return None if cell is None else cell.get(metric)
+
     def rank_marks(self) -> dict[tuple[RowKey, ColumnKey, str], str]:
         """(row, column, metric) -> 'best' | 'second'."""
         marks: dict[tuple[RowKey, ColumnKey, str], str] = {}
         for task, metric, _ in self.metric_columns():
-            vals = sorted({round(self.cells[(r, task)][metric], 6) for r in self.rows
-                           if (r, task) in self.cells}, reverse=True)
-            for r in self.rows:
-                if (r, task) not in self.cells:
-                    continue
+            shown = [r for r in self.rows if finite(self.value(r, task, metric))]
+            vals = sorted({round(self.cells[(r, task)][metric], 6) for r in shown}, reverse=True)
+            for r in shown:
                 v = round(self.cells[(r, task)][metric], 6)
                 if vals and v == vals[0]:
                     marks[(r, task, metric)] = "best"
@@ -79,13 +87,13 @@ class Leaderboard:
         """(row, column) cells whose MRR does not beat the popularity floor of that column."""
         out = set()
         for task in self.tasks:
-            pop = self.cells.get((POP, task))
-            if pop is None:
+            pop = self.value(POP, task, "RR")
+            if not finite(pop):
                 continue
             for r in self.rows:
-                if r in (POP, RANDOM) or (r, task) not in self.cells:
+                if r in (POP, RANDOM) or not finite(self.value(r, task, "RR")):
                     continue
-                if self.cells[(r, task)]["RR"] <= pop["RR"]:
+                if self.cells[(r, task)]["RR"] <= pop:
                     out.add((r, task))
         return out
 
@@ -105,16 +113,16 @@ class Leaderboard:
 
         out: dict[tuple[RowKey, ColumnKey, str], float] = {}
         for task, metric, _ in self.metric_columns():
-            rows = [r for r in self.rows if (r, task) in self.cells]
+            rows = [r for r in self.rows if finite(self.value(r, task, metric))]
             if len(rows) < 2:
                 continue
             best = max(rows, key=lambda r: self.cells[(r, task)][metric])
             ref = pq((best, task))
-            if ref is None:
+            if ref is None or metric not in ref.columns:
                 continue
             for r in rows:
                 other = pq((r, task))
-                if r == best or other is None:
+                if r == best or other is None or metric not in other.columns:
                     continue
                 both = ref.merge(other, on="query_id", suffixes=("_a", "_b"))
                 if len(both) < 2:
@@ -158,7 +166,7 @@ def paper_reference(scenario: str, variant: str,
 def _task_order(tasks: set[ColumnKey]) -> list[ColumnKey]:
     """The embedded default first, then the paper's Table 2 order, then the rest; by name within."""
     order = ("ml-100k", *paper_tasks())
-    return sorted(tasks, key=lambda t: (order.index(t.task) if t.task in order else len(order), t.label))
+    return sorted(tasks, key=lambda t: (order.index(t.task) if t.task in order else len(order), t.label, t.fingerprint))
 
 
 def _row_order(rows: set[RowKey], labels: dict[RowKey | ColumnKey, str]) -> list[RowKey]:
@@ -191,21 +199,25 @@ def _row_labels(newest: dict[RowKey, RunRecord]) -> dict[RowKey | ColumnKey, str
 
 def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leaderboard:
     """Collect the records of one scenario (and variant: None/'original' = original pools; a kind
-    such as 'scaled' shows every scaled:N; one variant is named by its label, however spelled)."""
-    want = variant or "original"
-    if want not in VARIANT_KINDS:
-        want = recorded_variant(want).label
+    such as 'scaled' shows every scaled:N; one variant is named by its label, however spelled).
+    A results directory that does not exist and a variant that is neither known nor recorded are
+    errors (never an empty table)."""
+    loaded = load_records(require_results_dir(results_dir), scenario)
+    want = _wanted_variant(variant or "original", loaded)
     cells: dict[Cell, dict[str, float]] = {}
     nq: dict[ColumnKey, set[int]] = {}
     sources: dict[Cell, str] = {}
     files: dict[Cell, Path] = {}
     records: dict[Cell, RunRecord] = {}
-    originals: dict[Cell, RunRecord] = {}
-    for path, rec in load_records(results_dir, scenario):
-        key = (rec.row_key, rec.column_key)
+    originals: dict[Cell, dict[str, RunRecord]] = {}  # (row, column on any data) -> fingerprint -> newest
+    split = _split_by_data(loaded)
+    for path, rec in loaded:
+        key = (rec.row_key, _column_of(rec, split))
         if want != "original" and key[1].variant.kind == "original":
-            if key not in originals or not _newer(originals[key].created, rec, results_dir):
-                originals[key] = rec
+            same = originals.setdefault((key[0], key[1].original()), {})
+            fp = rec.task_fingerprint
+            if fp not in same or not _newer(same[fp].created, rec, results_dir):
+                same[fp] = rec
         if not _shows(want, key[1].variant):
             continue
         prev = sources.get(key)
@@ -226,10 +238,49 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
     rows = _row_order({r for r, _ in cells}, labels)
     deltas = {}
     for (row, col), metrics in cells.items():
-        base = originals.get((row, col.original()))
-        if base is not None and base.metrics["RR"]:
+        base = _original_of(records[(row, col)], originals.get((row, col.original()), {}))
+        if base is not None and finite(base.metrics["RR"]) and base.metrics["RR"] and finite(metrics["RR"]):
             deltas[(row, col)] = (metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]
     return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels)
+
+
+def _wanted_variant(want: str, loaded: list[tuple[Path, RunRecord]]) -> str:
+    """The variant a table shows: original, a kind, or one variant by its label; a name that is
+    none of these and that no record holds is an error with a did-you-mean."""
+    if want in VARIANT_KINDS:
+        return want
+    try:
+        return parse_variant(want).label
+    except RBenchError as exc:
+        recorded = {rec.column_key.variant.label for _, rec in loaded}
+        if want in recorded:  # an older record's variant text that no longer parses
+            return want
+        if want.startswith("scaled"):
+            raise
+        raise unknown("--variant", want, {"original", *VARIANT_KINDS, *recorded}) from exc
+
+
+def _split_by_data(loaded: list[tuple[Path, RunRecord]]) -> set[ColumnKey]:
+    """The test sets whose records were run on more than one version of the data."""
+    seen: dict[ColumnKey, set[str]] = {}
+    for _, rec in loaded:
+        seen.setdefault(rec.column_key, set()).add(rec.task_fingerprint)
+    return {key for key, fps in seen.items() if len(fps) > 1}
+
+
+def _column_of(rec: RunRecord, split: set[ColumnKey]) -> ColumnKey:
+    """A record's column: its test set, and its data where that test set's records differ in it."""
+    key = rec.column_key
+    return replace(key, fingerprint=rec.task_fingerprint or "none") if key in split else key
+
+
+def _original_of(rec: RunRecord, found: dict[str, RunRecord]) -> RunRecord | None:
+    """The original-pool record a variant record's Δ is measured against: the one on the data the
+    variant was built from (``original_fingerprint``); for records that do not say, the only one."""
+    fp = rec.task_info.get("original_fingerprint")
+    if fp:
+        return found.get(fp)
+    return next(iter(found.values())) if len(found) == 1 else None
 
 
 def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
@@ -237,7 +288,7 @@ def _newer(prev_created: str, rec: RunRecord, _results_dir: Path) -> bool:
 
 
 def _fmt(v: float) -> str:
-    return f"{100.0 * v:.2f}"
+    return f"{100.0 * v:.2f}" if finite(v) else ""
 
 
 def _nq(lb: Leaderboard, task: ColumnKey) -> str:
@@ -249,6 +300,8 @@ def _cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks, below, sig, s
         return f"{100 * lb.deltas[(r, t)]:+.1f}%" if (r, t) in lb.deltas else "–"
     if (r, t) not in lb.cells:
         return "–"
+    if not finite(lb.cells[(r, t)][m]):
+        return "n/a"
     s = _fmt(lb.cells[(r, t)][m])
     if sig.get((r, t, m), 1.0) < lb.alpha:
         s += "*"
@@ -342,7 +395,8 @@ def to_csv(lb: Leaderboard) -> str:
 def to_json(lb: Leaderboard) -> str:
     budgets = {(r, t): b for r, t, b in lb.budgets()}
     rows = [{"ranker": lb.label(r), "task": lb.label(t), "n_queries": sorted(lb.n_queries.get(t, ())),
-             **{label: round(100 * lb.cells[(r, t)][m], 4) for m, label in SHOWN},
+             **{label: round(100 * lb.cells[(r, t)][m], 4) if finite(lb.cells[(r, t)][m]) else None
+                for m, label in SHOWN},
              **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {}),
              **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {})}
             for r in lb.rows for t in lb.tasks if (r, t) in lb.cells]

@@ -4,14 +4,14 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from rbench.errors import RBenchError
-from rbench.results import load_records
+from rbench.errors import RBenchError, write_failure
+from rbench.results import load_records, require_results_dir
 
 
 def scaling_points(results_dir: Path, task: str, rankers: list[str]) -> dict[str, list[tuple[int, float, float]]]:
     """ranker -> [(pool size, MRR, nDCG@10)] over the original pool and every ``scaled:N`` run."""
     points: dict[str, dict[int, tuple[float, float]]] = {r: {} for r in rankers}
-    for _, rec in load_records(results_dir):
+    for _, rec in load_records(require_results_dir(results_dir)):
         if rec.task != task or rec.ranker.get("name") not in points:
             continue
         if rec.variant not in ("original", "") and not rec.variant.startswith("scaled"):
@@ -22,6 +22,18 @@ def scaling_points(results_dir: Path, task: str, rankers: list[str]) -> dict[str
         if size:
             points[rec.ranker["name"]][size] = (rec.metrics["RR"], rec.metrics["nDCG@10"])
     return {r: sorted((n, m[0], m[1]) for n, m in pts.items()) for r, pts in points.items()}
+
+
+def _save(plt, fig, output: Path) -> Path:  # noqa: ANN001
+    """Write the figure to ``output`` (a PNG); an unwritable path is one line, not a traceback."""
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(output)
+    except OSError as exc:
+        raise RBenchError(f"cannot write {output} ({write_failure(output, exc)})") from exc
+    finally:
+        plt.close(fig)
+    return output
 
 
 def _pyplot():
@@ -52,10 +64,7 @@ def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path)
     ax.grid(True, alpha=0.3)
     ax.legend()
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output)
-    plt.close(fig)
-    return output
+    return _save(plt, fig, output)
 
 
 def training_curves(results_dir: Path, task: str, rankers: list[str]) -> dict[str, list[dict]]:
@@ -66,7 +75,7 @@ def training_curves(results_dir: Path, task: str, rankers: list[str]) -> dict[st
     from rbench.budget import training_curve
 
     best: dict[str, tuple[tuple[bool, str], list[dict]]] = {}
-    for _, rec in load_records(results_dir):
+    for _, rec in load_records(require_results_dir(results_dir)):
         if rec.task != task or rec.ranker.get("name") not in rankers:
             continue
         curve = training_curve(rec)
@@ -109,7 +118,4 @@ def plot_training(results_dir: Path, task: str, rankers: list[str], output: Path
         else:
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output)
-    plt.close(fig)
-    return output
+    return _save(plt, fig, output)

@@ -68,13 +68,19 @@ def load_ranker_class(name: str) -> type:
     eps = _entry_points()
     if name not in eps:
         raise unknown("ranker", name, eps)
+    ep = eps[name]
     try:
-        cls = eps[name].load()
+        cls = ep.load()
     except ImportError as exc:
         raise RBenchError(
             f"ranker {name!r} needs a package that is not installed ({exc}); "
             f"install the matching extra, e.g. pip install 'rbench[recsys]' / '[dense]' / '[lranker]'"
         ) from exc
+    except Exception as exc:  # a broken plugin (a wrong class name, an error at import): name it
+        raise RBenchError(f"ranker plugin {name!r} ({getattr(ep, 'value', ep)}) cannot be loaded: "
+                          f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+    if not isinstance(cls, type):
+        raise RBenchError(f"ranker plugin {name!r} ({getattr(ep, 'value', ep)}) is not a class")
     return cls
 
 

@@ -3,21 +3,31 @@
 Tables and plots are built only from these files, so every number shown can be traced to a run
 and its full effective configuration. A record is written last (after its per-query file) by
 temp-file + rename: an interrupted run leaves either the previous record or none, never a
-half-written one.
+half-written one. The per-query file is named by its content hash, which the record holds
+(``per_query_sha256``): a record and a per-query file of different runs never pair up.
+
+Reading checks every field the tables and plots use: a malformed record is a ``DataError``
+naming the file (one line, exit 2). A per-query file that is missing, truncated or not the one
+the record names is only a note: the record's own metrics stay valid, significance is left out.
 """
 
 from __future__ import annotations
 
 import contextlib
 import gzip
+import hashlib
 import io
 import json
+import math
 import os
 import platform
+import re
 import resource
 import subprocess
 import sys
 import tempfile
+import warnings
+import zlib
 from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timezone
 from pathlib import Path
@@ -26,13 +36,15 @@ from typing import Any
 import numpy as np
 
 import rbench
+from rbench.atomic import atomic_write_bytes
 from rbench.config import config_hash
-from rbench.errors import DataError, RBenchError
+from rbench.errors import DataError, RBenchError, write_failure
 from rbench.metrics import TIE_RULE
 from rbench.pools import Variant, parse_variant
 
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
+TABLE_METRICS = ("nDCG@10", "RR")  # what tables and plots read from every record
 
 
 def _canonical(options: dict[str, Any] | None) -> str:
@@ -63,6 +75,7 @@ class ColumnKey:
     options: str = ""  # the non-default task options as sorted JSON
     max_queries: int | None = None
     seed: int = 0
+    fingerprint: str = ""  # set (by a leaderboard) where runs of this test set differ in their data
 
     @property
     def task_key(self) -> str:
@@ -75,11 +88,13 @@ class ColumnKey:
             parts.append(f"max_queries={self.max_queries}")
         if self.seed:
             parts.append(f"seed={self.seed}")
-        return f"{self.task_key} ({', '.join(parts)})" if parts else self.task_key
+        label = f"{self.task_key} ({', '.join(parts)})" if parts else self.task_key
+        return f"{label} [data {self.fingerprint[:8]}]" if self.fingerprint else label
 
     def original(self) -> ColumnKey:
-        """The same test set on the task's original pool (a variant's Δ is measured against it)."""
-        return replace(self, variant=Variant("original"))
+        """The same test set on the task's original pool (a variant's Δ is measured against it),
+        whatever its data fingerprint (a variant's pool has a fingerprint of its own)."""
+        return replace(self, variant=Variant("original"), fingerprint="")
 
 
 def recorded_variant(text: str) -> Variant:
@@ -114,6 +129,7 @@ class RunRecord:
     machine: dict[str, Any] = field(default_factory=dict)
     config_hash: str = ""
     per_query_file: str = ""
+    per_query_sha256: str = ""  # of the per-query file's bytes (its name holds the first 12 digits)
 
     @property
     def label(self) -> str:
@@ -214,26 +230,10 @@ def ensure_writable(directory: Path) -> None:
     """Fail before any work if results cannot be written there."""
     try:
         directory.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=directory, prefix=".rbench-write-test-")
-        os.close(fd)
-        os.unlink(tmp)
+        with tempfile.NamedTemporaryFile(dir=directory, prefix=".rbench-write-test-", suffix=".tmp"):
+            pass
     except OSError as exc:
-        raise RBenchError(f"results directory {directory} is not writable ({exc.strerror or exc})") from exc
-
-
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+        raise RBenchError(f"results directory {directory} is not writable ({write_failure(directory, exc)})") from exc
 
 
 def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray) -> bytes:
@@ -251,25 +251,106 @@ def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_
     return buf.getvalue()
 
 
+def _per_query_files(path: Path) -> list[Path]:
+    """The per-query files of record ``path`` present beside it: ``<stem>.<hash12>.perquery.csv.gz``
+    and the older, unhashed ``<stem>.perquery.csv.gz``."""
+    stem = path.name[: -len(RECORD_SUFFIX)]
+    pattern = re.compile(re.escape(stem) + r"(\.[0-9a-f]{12})?" + re.escape(PER_QUERY_SUFFIX))
+    try:
+        return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
+    except OSError:
+        return []
+
+
 def write_run(record: RunRecord, path: Path, per_query: bytes | None) -> Path:
+    """Write a run's per-query file, then its record, so that the pair always matches: the
+    per-query file is named by its content hash, which the record holds; the record is published
+    last by one rename; only then are the per-query files of the record it replaced removed. An
+    interrupt at any point leaves the previous pair, or the new one (plus at worst an unreferenced
+    per-query file, removed by the next write of this record)."""
+    path = Path(path)
+    earlier = _per_query_files(path)
+    record.per_query_file, record.per_query_sha256 = "", ""
     if per_query is not None:
-        pq = path.with_name(path.name[: -len(RECORD_SUFFIX)] + PER_QUERY_SUFFIX)
+        digest = hashlib.sha256(per_query).hexdigest()
+        pq = path.with_name(f"{path.name[: -len(RECORD_SUFFIX)]}.{digest[:12]}{PER_QUERY_SUFFIX}")
         atomic_write_bytes(pq, per_query)
-        record.per_query_file = pq.name
+        record.per_query_file, record.per_query_sha256 = pq.name, digest
     atomic_write_bytes(path, record.to_json().encode())
+    for old in earlier:
+        if old.name != record.per_query_file:
+            with contextlib.suppress(OSError):
+                old.unlink()
     return path
 
 
-def read_record(path: Path) -> RunRecord:
-    try:
-        data = json.loads(Path(path).read_text())
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from exc
-    known = set(RunRecord.__dataclass_fields__)
+_FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
+    "task": ((str,), "a string"), "scenario": ((str,), "a string"), "variant": ((str,), "a string"),
+    "task_fingerprint": ((str,), "a string"), "ranker": ((dict,), "an object"),
+    "metrics": ((dict,), "an object"), "seed": ((int,), "an integer"), "n_queries": ((int,), "an integer"),
+    "created": ((str,), "a string"), "config_hash": ((str,), "a string"),
+    "per_query_file": ((str,), "a string"), "per_query_sha256": ((str,), "a string"),
+    "timings": ((dict,), "an object"), "task_options": ((dict,), "an object"),
+    "run_options": ((dict,), "an object"), "task_info": ((dict,), "an object"),
+    "ranker_info": ((dict,), "an object"), "machine": ((dict,), "an object"),
+}
+
+
+def _check_record(data: Any, path: Path) -> None:
+    """Refuse, naming the file and the field, a record the tables and plots could not read."""
+    if not isinstance(data, dict):
+        raise DataError(f"not a RunRecord (a JSON {type(data).__name__}, not an object)", path)
     missing = [k for k in ("task", "scenario", "ranker", "metrics") if k not in data]
     if missing:
         raise DataError(f"not a RunRecord (missing {', '.join(missing)})", path)
+    for key, (types, what) in _FIELD_TYPES.items():
+        value = data.get(key)
+        if key in data and (not isinstance(value, types) or isinstance(value, bool)):
+            raise DataError(f"should be {what}, not {json.dumps(value, default=str)[:40]}", path, field=key)
+    if not isinstance(data["ranker"].get("name"), str) or not data["ranker"]["name"]:
+        raise DataError("the ranker has no name", path, field="ranker")
+    if not isinstance(data.get("run_options", {}).get("non_default") or {}, dict):
+        raise DataError("should be an object", path, field="run_options.non_default")
+    metrics = data["metrics"]
+    lacking = [m for m in TABLE_METRICS if m not in metrics]
+    if lacking:
+        raise DataError(f"no {', '.join(map(repr, lacking))} metric (it has {', '.join(map(repr, metrics)) or 'none'}; "
+                        f"written by rbench {data.get('rbench_version', '?')}?): re-run it", path, field="metrics")
+    for name, value in metrics.items():
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise DataError(f"metric {name!r} should be a number, not {json.dumps(value, default=str)[:40]}",
+                            path, field="metrics")
+
+
+def read_record(path: Path) -> RunRecord:
+    """A RunRecord from its file; ``DataError`` (naming the file) when it is not one."""
+    try:
+        data = json.loads(Path(path).read_text(encoding="utf-8"))
+    except json.JSONDecodeError as exc:
+        raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from exc
+    except UnicodeDecodeError as exc:
+        raise DataError(f"not a text file (byte {exc.start} is not UTF-8): not a RunRecord", path) from exc
+    except OSError as exc:
+        raise DataError(f"cannot read it ({exc.strerror or exc})", path) from exc
+    _check_record(data, path)
+    known = set(RunRecord.__dataclass_fields__)
     return RunRecord(**{k: v for k, v in data.items() if k in known})
+
+
+def require_results_dir(results_dir: Path) -> Path:
+    """``results_dir`` as a folder that exists: a mistyped one is an error, never an empty table."""
+    from rbench.errors import did_you_mean
+
+    base = Path(results_dir)
+    if not base.is_dir():
+        parent = base.parent if str(base.parent) else Path(".")
+        try:
+            near = [p.name for p in parent.iterdir() if p.is_dir()] if parent.is_dir() else []
+        except OSError:
+            near = []
+        what = "is a file, not a folder" if base.exists() else "does not exist"
+        raise RBenchError(f"results directory {base} {what}{did_you_mean(base.name, near)}")
+    return base
 
 
 def load_records(results_dir: Path, scenario: str | None = None) -> list[tuple[Path, RunRecord]]:
@@ -281,10 +362,34 @@ def load_records(results_dir: Path, scenario: str | None = None) -> list[tuple[P
 
 
 def read_per_query(record_file: Path, record: RunRecord):
-    """Per-query metrics of a record as a DataFrame (None when the file is absent)."""
+    """Per-query metrics of a record as a DataFrame; None (with a note naming the file when the
+    record names one) when there is none, or it is missing, unreadable or not the file the
+    record was written with (``per_query_sha256``)."""
     import pandas as pd
 
     if not record.per_query_file:
         return None
     pq = Path(record_file).with_name(record.per_query_file)
-    return pd.read_csv(pq) if pq.exists() else None
+    try:
+        raw = pq.read_bytes()
+    except OSError as exc:
+        return _per_query_note(pq, f"cannot be read ({exc.strerror or exc})")
+    if record.per_query_sha256 and hashlib.sha256(raw).hexdigest() != record.per_query_sha256:
+        return _per_query_note(pq, f"is not the file {Path(record_file).name} was written with (its sha256 differs)")
+    try:
+        frame = pd.read_csv(io.BytesIO(raw), compression="gzip")
+    except (EOFError, OSError, zlib.error, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
+        return _per_query_note(pq, f"is truncated or corrupt ({type(exc).__name__}: {' '.join(str(exc).split())})")
+    if "query_id" not in frame.columns:
+        return _per_query_note(pq, "has no query_id column")
+    return frame
+
+
+def _per_query_note(pq: Path, why: str) -> None:
+    warnings.warn(f"{pq} {why}: its run gets no significance test", stacklevel=3)
+    return None
+
+
+def finite(value: Any) -> bool:
+    """Whether a metric value is a finite number (a record may hold NaN)."""
+    return isinstance(value, (int, float)) and math.isfinite(value)

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import numbers
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -74,6 +75,20 @@ class RunSettings:
     ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
     ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
     topk: int = 0  # keep each query's top-k candidates (RunOutcome.result); 0: none, nothing records them yet
+
+    def __post_init__(self) -> None:
+        """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
+        or less would never advance, a sample of 0 queries would silently be a full run."""
+        for flag, value, least in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
+                                   ("--chunk-size", self.chunk_size, 1), ("--max-queries", self.max_queries, 1),
+                                   ("--ray-shards", self.ray_shards, 1), ("topk", self.topk, 0)):
+            if value is None and flag in ("--max-queries", "--ray-shards"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise RBenchError(f"{flag} must be an integer, got {value!r}")
+            if value < least:
+                raise RBenchError(f"{flag} must be at least {least}, got {value}"
+                                  + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -170,6 +185,23 @@ def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
     return dataclasses.replace(data, test=data.test.take(rows))
 
 
+def _sample_size(max_queries: int | None, n_test: int) -> int | None:
+    """``--max-queries`` as run: a sample as large as the test split or larger is the full test
+    split, recorded as a full run (the same column and RunRecord), with a note."""
+    if max_queries is None or max_queries < n_test:
+        return max_queries
+    import warnings
+
+    warnings.warn(f"--max-queries {max_queries:,} >= the {n_test:,} test queries: evaluating all of them "
+                  "(recorded as a full run)", stacklevel=2)
+    return None
+
+
+def _task_key(task: str, variant: Variant) -> str:
+    """The task and variant as a RunRecord names them (``RunRecord.task_key``)."""
+    return task if variant.label in ("", "original") else f"{task}~{variant.label}"
+
+
 def apply_variant(data: TaskData, variant: Variant, seed: int) -> TaskData:
     if variant.kind == "original":
         return data
@@ -255,17 +287,19 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     """Carry out ``plan``: load, vary, subsample, fit, score, record. Returns None on the
     processes of a launched run other than process 0 (they only fit)."""
     spec, world = plan.spec, plan.world
+    if plan.write and world.main:  # the exact folder the record goes to, before any work
+        target = record_path(plan.results_dir, spec.scenario, _task_key(spec.name, plan.variant), plan.ranker, "")
+        ensure_writable(target.parent)
     context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
     ranker = plan.ranker_cls(config=plan.ranker_config, context=context)
-    if plan.write and world.main:
-        ensure_writable(plan.results_dir)
     owned = _join(world) if world.launched else False
 
     t0 = time.perf_counter()
     step = progress(f"loading {spec.name}", 1)
     data = load(plan.task, plan.task_options, seed=plan.seed)
     data = apply_variant(data, plan.variant, plan.seed)
-    data = subsample(data, plan.max_queries, plan.seed)
+    max_queries = _sample_size(plan.max_queries, len(data.test))
+    data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
     step(1)
 
@@ -289,7 +323,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     task_opts = _options_dict(plan.task_options)
     diff = {"ranker": _non_default(_plain(ranker_cfg), _plain(default_config(plan.ranker_cls, context))),
             "task": _non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
-            "max_queries": plan.max_queries, "seed": plan.seed}
+            "max_queries": max_queries, "seed": plan.seed}
     diff = {k: v for k, v in diff.items() if v not in ({}, None, 0)}
     chash = config_hash(diff) if diff else ""
     first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
@@ -311,7 +345,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         git_commit=git_commit(),
         created=now_iso(),
         task_options=task_opts,
-        run_options={"max_queries": plan.max_queries, "batch_size": plan.batch_size,
+        run_options={"max_queries": max_queries, "batch_size": plan.batch_size,
                      "chunk_size": plan.chunk_size, "non_default": diff,
                      **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
                      **({"world_size": world.size} if world.size > 1 else {})},

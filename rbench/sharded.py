@@ -13,12 +13,13 @@ row is accounted for, so an opened ``ShardedArray`` is never partial.
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from rbench.atomic import atomic_path, atomic_write_text
 
 MANIFEST = "manifest.json"
 
@@ -30,11 +31,8 @@ def shard_path(directory: str | Path, start: int) -> Path:
 def write_shard(directory: str | Path, start: int, rows: np.ndarray) -> Path:
     """Write rows ``start .. start+len(rows)`` atomically (temp file + rename)."""
     path = shard_path(directory, start)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    with open(tmp, "wb") as fh:
+    with atomic_path(path) as tmp, open(tmp, "wb") as fh:
         np.save(fh, np.ascontiguousarray(rows))
-    os.replace(tmp, path)
     return path
 
 
@@ -56,9 +54,7 @@ def finish(directory: str | Path, n_rows: int) -> ShardedArray:
     if at != n_rows:
         raise ValueError(f"{directory}: shards hold {at} rows, expected {n_rows}")
     manifest = {"shape": [n_rows, dim or 0], "dtype": str(dtype or "float32"), "shards": shards}
-    tmp = directory / f".{MANIFEST}.tmp"
-    tmp.write_text(json.dumps(manifest, indent=1))
-    os.replace(tmp, directory / MANIFEST)
+    atomic_write_text(directory / MANIFEST, json.dumps(manifest, indent=1))
     return ShardedArray.open(directory)
 
 

@@ -29,24 +29,45 @@ that ignores ``Range`` (status 200) simply restarts the file. Transfers are requ
 offsets. A transfer that stops early (the connection closes mid-body, or fewer bytes than
 ``Content-Length`` arrive) is an error that names the bytes kept; the same command resumes it.
 
+Length: a file is installed only when something vouches for its end. The length is known from
+``Content-Length`` (status 200), the total in ``Content-Range`` (206, 416), or the
+``RemoteFile.size``; a chunked body ends with an empty chunk (urllib3 raises when the connection
+closes before it). A server that sends none of these ends the body by closing the connection, so
+a transfer cut short looks exactly like the whole file: such a transfer is accepted only when a
+sha256 (pinned, or recorded by an earlier download, below) or a size checks it, and is otherwise
+refused with a line saying to pin ``sha256=`` or ``size=`` (no guess, no install with a warning).
+
 Checksums
 ---------
 sha256 values are pinned where a public source gives them: MovieLens 1M's archive (widely
 published alongside GroupLens' own MD5 ``c4d9eecfca2ab87c1945afe126590906``) and the two ESCI
 parquet files (the sha256 ``oid`` of their Git LFS pointers in amazon-science/esci-data at
 commit 7e0e307, whose raw URLs are pinned to that commit). No checksum is published for the
-Amazon 2014 and 2023 review files: their ``sha256`` is ``None`` (not known, not checked); after
-a download the computed sha256 is printed and recorded in ``downloads/<task>/manifest.json``
-so that a user can pin it. A file that turns out to be a Git LFS pointer (what
-``raw.githubusercontent.com`` serves for LFS files) is refused with a clear message.
+Amazon 2014 review files (``rec-toy``, ``rec-music``) and 2023 ones (``rec-clothing``): their
+``sha256`` stays ``None`` (nothing to pin it from, and no network here to fetch one).
+For them, and for any other unpinned file, the first sha256 seen is recorded in
+``downloads/<task>/manifest.json`` (and printed) and from then on acts as the pin: a cached copy
+whose sha256 differs from it (damaged on disk) is fetched again with a note; a fetch that yields a
+different sha256 (the file changed upstream, or a cut transfer without a length) is refused with
+one line naming both hashes and deleted, and the manifest keeps the recorded one. ``rbench data
+download <task> --force`` is the way to accept an upstream change on purpose: it fetches anew,
+records the new sha256 (the old one as ``previous_sha256``) and says so. Losing the manifest
+(deleted, or unreadable, which is said) loses what was recorded: the next download records
+afresh. A cached file whose size differs from a known ``RemoteFile.size`` is fetched again.
+A file that turns out to be a Git LFS pointer (what ``raw.githubusercontent.com`` serves for LFS
+files) is refused with a clear message.
 
 Archives
 --------
 Every member is checked before anything is written: absolute paths (``/x``, ``C:\\x``), ``..``
-components, symlinks or hard links whose target leaves the destination, and special files
-(devices, fifos) are refused with the member's name, and nothing is extracted. Extraction then
-goes member by member (never ``extractall``) into a fresh temporary folder, re-checking that each
-member's parent folder resolves inside it, and the result is moved into the raw folder.
+components, special files (devices, fifos), two members with one name, and a name that is both a
+file and a folder are refused with one line naming the archive and the member, and nothing is
+extracted. Symbolic and hard links are refused altogether, whatever their target: checking a
+target as text is not enough (with ``a -> .``, ``a/a/../../etc/passwd`` reads as inside but
+resolves outside), resolving each link against what is already extracted is easy to get wrong,
+and the archives this tool ships (MovieLens 1M) contain none. Extraction then goes member by
+member (never ``extractall``) into a fresh temporary folder, re-checking that each member's
+parent folder resolves inside it, and the result is moved into the raw folder.
 """
 
 from __future__ import annotations
@@ -57,6 +78,7 @@ import re
 import shutil
 import stat
 import tarfile
+import warnings
 import zipfile
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -66,6 +88,7 @@ from typing import Any
 
 from rbench import paths
 from rbench.api import RemoteFile, TaskSpec
+from rbench.atomic import atomic_path, atomic_replace, atomic_write_text, locked, scratch_dir
 from rbench.errors import RBenchError
 from rbench.hashing import file_sha256 as sha256_of
 
@@ -128,6 +151,8 @@ class ResumableDownloader:
         self.expected_size = expected_size
         self.timeout = timeout
         self.chunk_size = chunk_size
+        self.called = False  # pooch asked for a transfer (the cache did not hold a good copy)
+        self.framed = False  # the last transfer's length was known: Content-Length/-Range, or chunked
 
     # -- partial-file bookkeeping
     def _meta(self) -> dict[str, Any]:
@@ -137,9 +162,7 @@ class ResumableDownloader:
             return {}
 
     def _write_meta(self, data: dict[str, Any]) -> None:
-        tmp = self.meta_path.with_name(self.meta_path.name + ".tmp")
-        tmp.write_text(json.dumps(data))
-        os.replace(tmp, self.meta_path)
+        atomic_write_text(self.meta_path, json.dumps(data))
 
     def discard(self) -> None:
         for p in (self.part, self.meta_path):
@@ -165,6 +188,7 @@ class ResumableDownloader:
                 return requests.head(url, timeout=self.timeout, allow_redirects=True).status_code == 200
             except requests.RequestException:
                 return False
+        self.called = True
         self.part.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(2):  # a refused resume restarts once from byte 0
             if self._transfer(url):
@@ -176,13 +200,20 @@ class ResumableDownloader:
             self.discard()
             raise DownloadError(f"{url}: got {size:,} bytes, expected {self.expected_size:,}; "
                                 "the file was discarded")
+        if not (self.framed or self.expected_size is not None or self.sha256_known):
+            self.discard()
+            raise DownloadError(
+                f"{url}: the server sent no length (no Content-Length, not chunked), so a transfer cut short "
+                "cannot be told from the whole file, and nothing else vouches for these "
+                f"{size:,} bytes (no pinned sha256 or size, no sha256 recorded by an earlier download); "
+                "refused. Pin sha256= or size= in the task's RemoteFile")
         target = output_file if isinstance(output_file, (str, os.PathLike)) else None
         if target is None:  # a file object: copy into it (pooch passes a path; kept for the protocol)
             with open(self.part, "rb") as fh:
                 shutil.copyfileobj(fh, output_file)
             self.discard()
-        else:
-            os.replace(self.part, target)
+        else:  # pooch checks the sha256 of ``target`` (its own unique temporary) and moves it into place
+            atomic_replace(self.part, target)
             self.meta_path.unlink(missing_ok=True)
         return None
 
@@ -205,6 +236,7 @@ class ResumableDownloader:
             if resp.status_code == 416 and have:
                 _, total = _content_range(resp.headers.get("Content-Range"))
                 if total == have:
+                    self.framed = True
                     return True  # the part already holds every byte
                 self.discard()
                 return False
@@ -220,6 +252,8 @@ class ResumableDownloader:
                 total = int(length) if length and length.isdigit() else None
             else:
                 raise DownloadError(f"cannot download {url}: HTTP {resp.status_code} {resp.reason or ''}".rstrip())
+            # a chunked body ends with an empty chunk: urllib3 raises when the connection closes first
+            self.framed = total is not None or bool(getattr(resp.raw, "chunked", False))
             etag = resp.headers.get("ETag")
             new_validator = etag if etag and not etag.startswith("W/") else resp.headers.get("Last-Modified")
             self._write_meta({"url": url, "validator": new_validator, "total": total})
@@ -263,50 +297,110 @@ def _check_not_lfs_pointer(path: Path, url: str) -> None:
                                     "github.com/<owner>/<repo>/raw/... URL (it redirects to the LFS object)")
 
 
-def _record(task: str, rf: RemoteFile, url: str, path: Path) -> str:
-    digest = sha256_of(path)
-    manifest_path = downloads_dir(task) / "manifest.json"
+_SHA256 = re.compile(r"[0-9a-f]{64}")
+
+
+def _read_manifest(folder: Path) -> dict[str, Any]:
+    """``downloads/<task>/manifest.json``; an unreadable one is said (its recorded hashes are lost)."""
+    path = folder / "manifest.json"
     try:
-        manifest = json.loads(manifest_path.read_text())
-    except (OSError, ValueError):
-        manifest = {}
-    manifest[rf.filename] = {"url": url, "sha256": digest, "size": path.stat().st_size,
-                             "sha256_pinned": rf.sha256 is not None,
-                             "downloaded": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    tmp = manifest_path.with_name("manifest.json.tmp")
-    tmp.write_text(json.dumps(manifest, indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, manifest_path)
+        manifest = json.loads(path.read_text())
+    except FileNotFoundError:
+        return {}
+    except (OSError, ValueError) as exc:
+        manifest = exc
+    if isinstance(manifest, dict):
+        return manifest
+    why = manifest if isinstance(manifest, Exception) else "not a JSON object"
+    warnings.warn(f"{path} is unreadable ({why}); the sha256 values it recorded are lost and are recorded "
+                  "again from these downloads", stacklevel=3)
+    return {}
+
+
+def _recorded(manifest: dict[str, Any], filename: str) -> dict[str, Any]:
+    """The manifest's entry for ``filename`` when it holds a well-formed sha256, else {}."""
+    entry = manifest.get(filename)
+    ok = isinstance(entry, dict) and isinstance(entry.get("sha256"), str) and _SHA256.fullmatch(entry["sha256"])
+    return entry if ok else {}
+
+
+def _record(folder: Path, manifest: dict[str, Any], rf: RemoteFile, url: str, path: Path,
+            digest: str | None, fetched: bool) -> str:
+    """Write the file's entry; ``digest`` is its already verified sha256 (None: compute it)."""
+    digest = digest or sha256_of(path)
+    old = _recorded(manifest, rf.filename)
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    entry = {"url": url, "sha256": digest, "size": path.stat().st_size, "sha256_pinned": rf.sha256 is not None,
+             "downloaded": now if fetched or "downloaded" not in old else old["downloaded"]}
+    if old and old["sha256"] != digest:
+        entry["previous_sha256"] = old["sha256"]
+        if rf.sha256 is None:
+            warnings.warn(f"{rf.filename}: sha256 changed from {old['sha256']} (recorded {old.get('downloaded', '?')})"
+                          f" to {digest} (--force); the new one is recorded", stacklevel=3)
+    elif "previous_sha256" in old:
+        entry["previous_sha256"] = old["previous_sha256"]
+    manifest[rf.filename] = entry
+    atomic_write_text(folder / "manifest.json", json.dumps(manifest, indent=1, sort_keys=True) + "\n")
     return digest
 
 
 def fetch(task: str, rf: RemoteFile, *, force: bool = False, progress: Progress | None = None) -> Path:
-    """Download ``rf`` into ``downloads/<task>/`` (or reuse the cached copy) and return its path."""
+    """Download ``rf`` into ``downloads/<task>/`` (or reuse the cached copy) and return its path.
+
+    The sha256 checked is the pinned one, else the one recorded when the file was first downloaded
+    (``force`` fetches again and accepts a changed file, with a note); see the module doc."""
+    folder = downloads_dir(task)
+    folder.mkdir(parents=True, exist_ok=True)
+    # ``<file>.part`` keeps a fixed name (not a unique temporary) so that the next run finds and
+    # resumes it; a fixed name can be shared, so downloads into one folder take turns instead
+    with locked(folder):
+        return _fetch(task, folder, rf, force=force, progress=progress)
+
+
+def _fetch(task: str, folder: Path, rf: RemoteFile, *, force: bool, progress: Progress | None) -> Path:
     import pooch
 
     pooch.get_logger().setLevel("WARNING")
-    folder = downloads_dir(task)
-    folder.mkdir(parents=True, exist_ok=True)
     target = folder / rf.filename
     part = folder / (rf.filename + ".part")
+    manifest = _read_manifest(folder)
+    recorded = None if rf.sha256 else _recorded(manifest, rf.filename).get("sha256")
+    known = rf.sha256 or (None if force else recorded)
     if force:
         target.unlink(missing_ok=True)
         ResumableDownloader(part).discard()
+    elif target.is_file() and rf.size is not None and target.stat().st_size != rf.size:
+        warnings.warn(f"{target} holds {target.stat().st_size:,} bytes, not {rf.size:,}; fetched again", stacklevel=2)
+        target.unlink()
+    cached = target.is_file()
     errors: list[str] = []
     for url in rf.urls:
-        downloader = ResumableDownloader(part, progress=progress, sha256_known=rf.sha256 is not None,
+        downloader = ResumableDownloader(part, progress=progress, sha256_known=known is not None,
                                          expected_size=rf.size)
         try:
-            got = Path(pooch.retrieve(url, known_hash=f"sha256:{rf.sha256}" if rf.sha256 else None,
+            got = Path(pooch.retrieve(url, known_hash=f"sha256:{known}" if known else None,
                                       fname=rf.filename, path=folder, downloader=downloader))
         except DownloadError as exc:
             errors.append(str(exc))
             continue
         except ValueError as exc:  # pooch: hash mismatch (its temporary file is already deleted)
-            errors.append(f"checksum mismatch for {url}: {exc} The download was deleted; nothing "
-                          f"was kept in {folder}.")
+            if cached and downloader.called:  # pooch found the cached copy bad before fetching again
+                target.unlink(missing_ok=True)
+            if rf.sha256 is None:  # the recorded sha256 was checked
+                new = _SHA256.findall(str(exc))
+                errors.append(
+                    f"{rf.filename}: {url} now gives sha256 {new[-1] if new else '?'}, but {recorded} was recorded "
+                    f"when it was first downloaded ({_recorded(manifest, rf.filename).get('downloaded', '?')}); "
+                    f"refused, and the download deleted. If the file changed upstream on purpose, "
+                    f"`rbench data download {task} --force` accepts the new one")
+            else:
+                errors.append(f"checksum mismatch for {url}: {exc} The download was deleted; nothing "
+                              f"was kept in {folder}.")
             continue
+        if cached and downloader.called:
+            warnings.warn(f"{target}: the cached copy did not match its sha256 {known}; fetched again", stacklevel=2)
         _check_not_lfs_pointer(got, url)
-        _record(task, rf, url, got)
+        _record(folder, manifest, rf, url, got, known, fetched=downloader.called)
         return got
     if len(errors) == 1:
         raise DownloadError(errors[0])
@@ -338,30 +432,15 @@ def _member_parts(name: str, archive: Path) -> tuple[str, ...]:
     return parts
 
 
-def _link_inside(member_parts: tuple[str, ...], target: str, archive: Path, name: str,
-                 relative_to_member: bool) -> tuple[str, ...]:
-    """Lexically resolve a link target; refuse one that leaves the destination."""
-    clean = target.replace("\\", "/")
-    if clean.startswith("/") or re.match(r"^[A-Za-z]:", clean):
-        raise RBenchError(f"{archive}: refusing link {name!r} -> {target!r}: absolute target")
-    base = list(member_parts[:-1]) if relative_to_member else []
-    for part in PurePosixPath(clean).parts:
-        if part in ("", "."):
-            continue
-        if part == "..":
-            if not base:
-                raise RBenchError(f"{archive}: refusing link {name!r} -> {target!r}: points outside the destination")
-            base.pop()
-        else:
-            base.append(part)
-    return tuple(base)
+def _refuse_link(archive: Path, name: str, target: str) -> RBenchError:
+    return RBenchError(f"{archive}: refusing link {name!r} -> {target!r}: archives with symbolic or hard "
+                       "links are not extracted (a chain of links can point outside the data folder)")
 
 
 @dataclass
 class _Member:
     parts: tuple[str, ...]
-    kind: str  # file | dir | symlink | hardlink
-    link: str = ""
+    kind: str  # file | dir
     handle: Any = None  # ZipInfo or TarInfo
 
 
@@ -371,16 +450,10 @@ def _zip_members(zf: zipfile.ZipFile, archive: Path) -> list[_Member]:
         parts = _member_parts(info.filename, archive)
         if not parts:
             continue
-        mode = info.external_attr >> 16
-        if stat.S_ISLNK(mode):
-            target = zf.read(info).decode("utf-8", "replace")
-            _link_inside(parts, target, archive, info.filename, relative_to_member=True)
-            out.append(_Member(parts, "symlink", target, info))
-        elif info.is_dir():
-            out.append(_Member(parts, "dir", handle=info))
-        else:
-            out.append(_Member(parts, "file", handle=info))
-    return out
+        if stat.S_ISLNK(info.external_attr >> 16):
+            raise _refuse_link(archive, info.filename, zf.read(info)[:200].decode("utf-8", "replace"))
+        out.append(_Member(parts, "dir" if info.is_dir() else "file", info))
+    return _no_clashes(out, archive)
 
 
 def _tar_members(tf: tarfile.TarFile, archive: Path) -> list[_Member]:
@@ -389,19 +462,34 @@ def _tar_members(tf: tarfile.TarFile, archive: Path) -> list[_Member]:
         parts = _member_parts(info.name, archive)
         if not parts:
             continue
-        if info.issym():
-            _link_inside(parts, info.linkname, archive, info.name, relative_to_member=True)
-            out.append(_Member(parts, "symlink", info.linkname, info))
-        elif info.islnk():
-            _link_inside(parts, info.linkname, archive, info.name, relative_to_member=False)
-            out.append(_Member(parts, "hardlink", info.linkname, info))
-        elif info.isdir():
-            out.append(_Member(parts, "dir", handle=info))
+        if info.issym() or info.islnk():
+            raise _refuse_link(archive, info.name, info.linkname)
+        if info.isdir():
+            out.append(_Member(parts, "dir", info))
         elif info.isreg():
-            out.append(_Member(parts, "file", handle=info))
+            out.append(_Member(parts, "file", info))
         else:
             raise RBenchError(f"{archive}: refusing member {info.name!r}: special file (device, fifo)")
-    return out
+    return _no_clashes(out, archive)
+
+
+def _no_clashes(members: list[_Member], archive: Path) -> list[_Member]:
+    """Refuse two members with one name (a repeated folder entry is fine), and a file that is also
+    a folder: written out they would overwrite each other or fail half-way."""
+    kinds: dict[tuple[str, ...], str] = {}
+    for m in members:
+        name = "/".join(m.parts)
+        for i in range(1, len(m.parts)):
+            if kinds.setdefault(m.parts[:i], "dir") != "dir":
+                raise RBenchError(f"{archive}: refusing member {name!r}: it lies under the file "
+                                  f"{'/'.join(m.parts[:i])!r}")
+        seen = kinds.get(m.parts)
+        if seen == "file" and m.kind == "file":
+            raise RBenchError(f"{archive}: refusing member {name!r}: duplicate member name")
+        if seen is not None and seen != m.kind:
+            raise RBenchError(f"{archive}: refusing member {name!r}: a file and a folder have this name")
+        kinds[m.parts] = m.kind
+    return members
 
 
 def _inside(path: Path, root: Path) -> bool:
@@ -413,26 +501,22 @@ def _extract_members(members: Iterable[_Member], dest: Path, archive: Path,
                      open_member: Callable[[Any], Any]) -> list[str]:
     written = []
     for m in members:
+        name = "/".join(m.parts)
         target = dest.joinpath(*m.parts)
         if not _inside(target.parent, dest) or target.is_symlink():
-            raise RBenchError(f"{archive}: refusing member {'/'.join(m.parts)!r}: its folder leaves the destination")
-        if m.kind == "dir":
-            target.mkdir(parents=True, exist_ok=True)
-            continue
-        target.parent.mkdir(parents=True, exist_ok=True)
-        if not _inside(target.parent, dest):
-            raise RBenchError(f"{archive}: refusing member {'/'.join(m.parts)!r}: its folder leaves the destination")
-        if m.kind == "symlink":
-            os.symlink(m.link, target)
-        elif m.kind == "hardlink":
-            source = dest.joinpath(*_link_inside(m.parts, m.link, archive, m.link, relative_to_member=False))
-            if not source.is_file() or not _inside(source, dest):
-                raise RBenchError(f"{archive}: refusing hard link {'/'.join(m.parts)!r} -> {m.link!r}")
-            shutil.copyfile(source, target)
-        else:
+            raise RBenchError(f"{archive}: refusing member {name!r}: its folder leaves the destination")
+        try:
+            if m.kind == "dir":
+                target.mkdir(parents=True, exist_ok=True)
+                continue
+            target.parent.mkdir(parents=True, exist_ok=True)
+            if not _inside(target.parent, dest):
+                raise RBenchError(f"{archive}: refusing member {name!r}: its folder leaves the destination")
             with open_member(m.handle) as src, open(target, "wb") as out:
                 shutil.copyfileobj(src, out, 1 << 20)
-        written.append("/".join(m.parts))
+        except (FileExistsError, IsADirectoryError, NotADirectoryError) as exc:  # clashes with what dest held
+            raise RBenchError(f"{archive}: cannot write member {name!r} into {dest}: {exc.strerror}") from None
+        written.append(name)
     return written
 
 
@@ -462,26 +546,23 @@ def safe_extract(archive: Path, dest: Path) -> list[str]:
 # --------------------------------------------------------------------------------------------
 
 
-def _remove(path: Path) -> None:
-    if path.is_symlink() or path.is_file():
-        path.unlink()
-    elif path.is_dir():
-        shutil.rmtree(path)
-
-
 def link_or_copy(src: Path, dest: Path) -> str:
-    """Hard-link ``src`` to ``dest`` (replacing it), copying when a link is impossible."""
-    tmp = dest.with_name(f".{dest.name}.tmp-{os.getpid()}")
-    _remove(tmp)
-    try:
-        os.link(src, tmp)
-        how = "linked"
-    except OSError:
-        shutil.copy2(src, tmp)
-        how = "copied"
+    """Hard-link ``src`` to ``dest`` (replacing it), copying when a link is impossible.
+
+    An existing ``dest`` that already is ``src`` is left alone: renaming a second hard link onto
+    it would do nothing (POSIX rename between links of one file) and leave the temporary behind."""
+    if dest.exists() and not dest.is_dir() and os.path.samefile(src, dest):
+        return "linked"
     if dest.is_dir() and not dest.is_symlink():
         shutil.rmtree(dest)
-    os.replace(tmp, dest)
+    with atomic_path(dest) as tmp:
+        tmp.unlink()
+        try:
+            os.link(src, tmp)
+            how = "linked"
+        except OSError:
+            shutil.copy2(src, tmp)
+            how = "copied"
     return how
 
 
@@ -493,16 +574,10 @@ def install(task: str, files: list[tuple[RemoteFile, Path]]) -> Path:
         if not (rf.extract and archive_kind(path)):
             link_or_copy(path, raw / rf.filename)
             continue
-        tmp = raw.parent / f".extract-{task}-{os.getpid()}"
-        _remove(tmp)
-        try:
+        with scratch_dir(raw, "extract.") as tmp:
             safe_extract(path, tmp)
             for entry in sorted(tmp.iterdir()):
-                _remove(raw / entry.name)
-                os.replace(entry, raw / entry.name)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp)
+                atomic_replace(entry, raw / entry.name)
     return raw
 
 

@@ -67,11 +67,14 @@ import numpy as np
 
 from rbench import __version__, paths
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
+from rbench.atomic import atomic_dir, atomic_write_text, is_temporary, remove_stale
 from rbench.columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 from rbench.hashing import file_sha256 as _file_sha256
+from rbench.hashing import folder_digests
 from rbench.tasks.family import Task
 
 STORE_VERSION = 1
+INTEGRITY = "integrity.json"  # size + digest of every file of an entry, verified on every load
 CONTENT_HASH_LIMIT = 64 << 20
 MMAP_MIN_BYTES = 1 << 20
 MATERIALISE_LIMIT = 2_000_000  # an unknown lazy query-text column longer than this is not cached
@@ -389,12 +392,31 @@ def _manifest(folder: Path) -> dict[str, Any] | None:
         return None
 
 
+def verify_entry(entry: Path) -> None:
+    """Raise ValueError naming the first file whose size or digest differs from the record
+    written with the entry (altered, truncated, missing, or an entry without a record)."""
+    try:
+        want = json.loads((entry / INTEGRITY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        raise ValueError(f"no integrity record ({INTEGRITY})") from None
+    have = folder_digests(entry)
+    have.pop(INTEGRITY, None)
+    for name in sorted(set(want) | set(have)):
+        if name not in have:
+            raise ValueError(f"{name} is missing")
+        if name not in want:
+            raise ValueError(f"{name} was not written with the entry")
+        if have[name] != want[name]:
+            raise ValueError(f"{name} changed since it was written ({have[name]['bytes']} bytes, "
+                             f"expected {want[name]['bytes']})")
+
+
 def _prune(task_dir: Path, keep: str, current_lineage: str) -> None:
     for d in task_dir.iterdir():
         if d.name == keep or not d.is_dir():
             continue
-        if d.name.startswith(".tmp-"):
-            continue  # another process may be writing it
+        if is_temporary(d.name):
+            continue  # another process may be writing it (stale ones: remove_stale)
         m = _manifest(d)
         if m is not None and m.get("lineage") != current_lineage:
             shutil.rmtree(d, ignore_errors=True)
@@ -409,29 +431,24 @@ def load_cached(task: Task, options: Any, seed: int) -> TaskData:
     key = cache_key(material)
     task_dir = paths.prepared_dir(spec.name)
     entry = task_dir / key
-    if (entry / "manifest.json").is_file():
+    if entry.exists():
         try:
+            verify_entry(entry)
             return read_entry(spec, entry)
         except Exception as exc:  # a damaged entry is rebuilt, never trusted
-            warnings.warn(f"prepared data in {entry} is unreadable ({exc}); preparing again", stacklevel=2)
+            warnings.warn(f"prepared data in {entry} is unusable ({exc}); preparing again", stacklevel=2)
             shutil.rmtree(entry, ignore_errors=True)
     data = loader(spec, options, seed)
     task_dir.mkdir(parents=True, exist_ok=True)
-    tmp = task_dir / f".tmp-{key}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
+    remove_stale(task_dir)  # temporaries of runs that were killed
     try:
-        write_entry(data, tmp, material)
-        try:
-            os.replace(tmp, entry)
-        except OSError:
-            if not (entry / "manifest.json").is_file():  # not a lost race: a real error
-                raise
+        # same key, same data: a writer that loses the race keeps the other's entry
+        with atomic_dir(entry, replace=False) as tmp:
+            write_entry(data, tmp, material)
+            atomic_write_text(tmp / INTEGRITY, json.dumps(folder_digests(tmp), indent=1))
     except Unsupported as exc:
         warnings.warn(f"task {spec.name!r} is not cached: {exc}", stacklevel=2)
         return data
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     _prune(task_dir, key, lineage(material))
     return read_entry(spec, entry)
 

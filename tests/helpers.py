@@ -58,3 +58,20 @@ def with_downloads(monkeypatch, name: str, files) -> None:
     spec = dataclasses.replace(task.spec, sources=(Source("test files", "http://127.0.0.1/", "test",
                                                           files=tuple(files)),))
     monkeypatch.setitem(registry.BUILTIN, name, dataclasses.replace(task, spec=spec))
+
+
+def cli(capsys, *args) -> tuple[int, str, str]:
+    """Run ``rbench ARGS`` in-process: (exit code, stdout, stderr)."""
+    from rbench.cli import main
+
+    code = main(list(args))
+    cap = capsys.readouterr()
+    return code, cap.out, cap.err
+
+
+def one_line(err: str) -> str:
+    """The one line a user error prints on stderr (no traceback, no internal error, no Abort)."""
+    lines = [line for line in err.splitlines() if line.strip()]
+    assert len(lines) == 1, err
+    assert "Traceback" not in err and "internal error" not in err and "Abort" not in err, err
+    return lines[0]

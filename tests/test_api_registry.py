@@ -28,6 +28,17 @@ def test_ragged_roundtrip_and_take():
         Ragged(np.array([0, 2]), np.array([1]))
 
 
+def test_ragged_negative_indices_count_from_the_end():
+    rows = [[1, 2, 3], [], [4], [5, 6]]
+    r = Ragged.from_rows(rows)
+    for i in range(-len(rows), len(rows)):
+        assert r[i].tolist() == rows[i], i  # as a list does: r[-1] is the last row, not an empty one
+    assert r[np.int64(-1)].tolist() == [5, 6]
+    for bad in (4, -5):
+        with pytest.raises(IndexError):
+            r[bad]
+
+
 def test_all_paper_tasks_declared_with_paper_sizes():
     assert set(paper_tasks()) == set(PAPER_SIZES)
     for name, (cand, nq) in PAPER_SIZES.items():

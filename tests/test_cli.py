@@ -140,7 +140,8 @@ def test_run_writes_record_and_table(capsys, fake_ranker, tmp_path):
     assert rec["n_queries"] == 943 and rec["scenario"] == "large"
     assert rec["ranker"]["config"] == {"mode": "random", "scale": 1.0, "flag": False}
     path = res / "large" / "ml-100k" / "fake.json"
-    assert path.exists() and (res / "large" / "ml-100k" / "fake.perquery.csv.gz").exists()
+    assert path.exists() and rec["per_query_file"] == f"fake.{rec['per_query_sha256'][:12]}.perquery.csv.gz"
+    assert (res / "large" / "ml-100k" / rec["per_query_file"]).exists()
     # a non-default config gets its own file
     code, _, _ = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "scale=2", "--max-queries", "50",
                      "-q", "--results-dir", str(res))

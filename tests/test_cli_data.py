@@ -157,3 +157,21 @@ def test_data_help_lists_the_commands(capsys):
     assert code == 0
     for cmd in ("download", "prepare", "import", "list"):
         assert cmd in out
+
+
+def test_a_failed_prepare_from_keeps_the_working_raw_data(tmp_path, capsys):
+    good, bad = tmp_path / "good", tmp_path / "bad"
+    write_esci_files(good)
+    bad.mkdir()
+    (bad / "shopping_queries_dataset_examples.parquet").write_bytes(b"not parquet")
+    (bad / "shopping_queries_dataset_products.parquet").write_bytes(b"not parquet")
+    code, _, err = run(capsys, "data", "prepare", "esci", "--from", str(good), "--json")
+    assert code == 0, err
+    raw = paths.raw_dir("esci")
+    before = sorted((p.name, os.readlink(p)) for p in raw.iterdir())
+    code, _, err = run(capsys, "data", "prepare", "esci", "--from", str(bad))
+    assert code == 2 and "Traceback" not in err
+    assert sorted((p.name, os.readlink(p)) for p in raw.iterdir()) == before  # the old links are back
+    assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []  # no temporaries
+    code, _, err = run(capsys, "data", "prepare", "esci", "--json")
+    assert code == 0, err

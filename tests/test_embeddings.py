@@ -108,3 +108,83 @@ def test_bf16_storage_reads_as_fp32_chunkwise(tmp_path):
     with pytest.raises(ValueError, match="float32, float16, bfloat16"):
         pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="int8")
 
+
+
+def _damage_cases():
+    def truncate(f):
+        f.write_bytes(f.read_bytes()[:-20])
+
+    def alter(f):
+        data = bytearray(f.read_bytes())
+        data[-5] ^= 0xFF
+        f.write_bytes(bytes(data))
+
+    def other_dim(f):
+        np.save(f, np.zeros((300, 4), dtype=np.float32))
+
+    def nan(f):
+        arr = np.load(f)
+        arr[7, 1] = np.nan
+        np.save(f, arr)
+
+    def no_record(f):
+        (f.parent / "emb.json").unlink()
+
+    return {"truncated": truncate, "altered": alter, "other-dim": other_dim, "nan": nan, "no-record": no_record}
+
+
+@pytest.mark.parametrize("case", sorted(_damage_cases()))
+def test_a_damaged_cache_is_rebuilt_with_a_note(tmp_path, case):
+    pool = make_pool(300)
+    calls: list[int] = []
+    good = np.array(pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False))
+    (emb,) = tmp_path.rglob("emb.npy")
+    _damage_cases()[case](emb)
+    with pytest.warns(UserWarning, match="damaged"):
+        again = pool_embeddings(pool, {"m": 1}, _encoder(calls), dim=3, root=tmp_path, progress=False)
+    assert sum(calls) == 600  # encoded again
+    np.testing.assert_array_equal(np.asarray(again), good)
+
+
+def test_a_non_finite_vector_blames_the_encoder_and_caches_nothing(tmp_path):
+    from rbench.errors import RankerOutputError
+
+    def encode(texts):
+        out = np.ones((len(texts), 2), dtype=np.float32)
+        out[0, 0] = np.inf
+        return out
+
+    with pytest.raises(RankerOutputError, match="encoder returned a non-finite value for candidate 0"):
+        pool_embeddings(make_pool(50), {"m": 2}, encode, root=tmp_path, progress=False)
+    assert not list(tmp_path.rglob("emb.npy"))
+
+
+def test_two_concurrent_encodings_of_a_new_pool_both_succeed(tmp_path):
+    import threading
+    import time
+
+    pool = make_pool(400)
+    calls: list[int] = []
+    slow = _encoder(calls)
+
+    def encode(texts):
+        time.sleep(0.01)
+        return slow(texts)
+
+    out, errors = [], []
+
+    def worker():
+        try:
+            out.append(np.asarray(pool_embeddings(pool, {"m": 3}, encode, batch_size=50, root=tmp_path,
+                                                  progress=False)))
+        except Exception as exc:  # noqa: BLE001 - the test reports it
+            errors.append(exc)
+
+    threads = [threading.Thread(target=worker) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert not errors and len(out) == 2
+    np.testing.assert_array_equal(out[0], out[1])
+    assert sum(calls) == 400  # the second waited and read the first one's file

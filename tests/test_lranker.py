@@ -515,3 +515,8 @@ def test_explicit_paper_values_win_over_the_cpu_preset():
     assert cfg.model == "all-MiniLM-L6-v2" and cfg.finetune == "full"  # the rest of the preset stays
     plain = build_config(LRankerConfig, {"preset": "cpu"}, "lranker")
     assert (plain.similarity, plain.learn_temperature, plain.temperature) == ("cosine", True, 0.05)
+    from rbench.config import config_dict
+
+    label = LRankerRanker.label_for(config_dict(cfg))  # the table row names what differs from the preset
+    assert label.startswith("lranker (preset=cpu") and "similarity=dot" in label and "temperature=0.15" in label
+    assert LRankerRanker.label_for(config_dict(plain)) == "lranker (preset=cpu)"

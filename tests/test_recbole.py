@@ -151,7 +151,9 @@ def test_logs_and_checkpoints_stay_in_the_cache_and_reuse(sasrec, toy, tmp_path,
     task, _ = toy
     run_dir = Path(sasrec.info["run_dir"])
     assert (run_dir / "recbole.log").stat().st_size > 0
-    assert list((run_dir / "checkpoints").glob("*.pth")) and (run_dir / "model.pt").exists()
+    assert (run_dir / "model.pt").exists()
+    assert not list((run_dir / "checkpoints").glob("*.pth"))  # no pickled RecBole checkpoint is written
+    assert torch.load(run_dir / "model.pt", weights_only=True)  # plain tensors
     assert list((run_dir / "tensorboard").iterdir())
     monkeypatch.chdir(tmp_path)  # nothing may land in the working directory
     again = R.SASRecRanker(dataclasses.replace(sasrec.cfg), sasrec.context)
@@ -160,6 +162,44 @@ def test_logs_and_checkpoints_stay_in_the_cache_and_reuse(sasrec, toy, tmp_path,
     a, _ = _ours(sasrec, task.test, task.pool)
     b, _ = _ours(again, task.test, task.pool)
     np.testing.assert_array_equal(a, b)
+
+
+class _Planted:
+    """Unpickling this calls ``open(path, "w")``: proof that a load executed code."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def __reduce__(self):
+        return (open, (str(self.path), "w"))
+
+
+def test_a_cached_model_holding_a_pickled_object_is_rebuilt_not_executed(toy, tmp_path, monkeypatch):
+    """The cache may sit on shared storage: nothing read from it may run code. ``model.pt`` is
+    loaded with ``weights_only=True`` (a planted object is refused and the model trained again),
+    and training keeps the best state in memory instead of reading back RecBole's pickle."""
+    task, _ = toy
+    r = R.BPRRanker(R.BPROptions(epochs=1), _ctx(tmp_path / "cache"))
+    r.fit(task)
+    run_dir = Path(r.info["run_dir"])
+    marker = tmp_path / "executed"
+    torch.save({"weights": _Planted(marker)}, run_dir / "model.pt")
+    loads = []
+    real_load = torch.load
+
+    def spy(*args, **kwargs):
+        loads.append(kwargs.get("weights_only"))
+        return real_load(*args, **kwargs)
+
+    monkeypatch.setattr(torch, "load", spy)
+    again = R.BPRRanker(R.BPROptions(epochs=1), r.context)
+    with pytest.warns(UserWarning, match="cannot be loaded as plain weights.*trained again"):
+        again.fit(task)
+    assert not marker.exists() and again.info["reused"] is False
+    assert loads and all(w is True for w in loads)  # training read nothing back with weights_only=False
+    assert real_load(run_dir / "model.pt", weights_only=True)  # rebuilt as a plain state dict
+    np.testing.assert_allclose(_ours(again, task.test, task.pool)[0], _ours(r, task.test, task.pool)[0],
+                               rtol=1e-5, atol=1e-6)  # the same seed trains the same model
 
 
 def _variant(task: TaskData, n_other: int = 6) -> tuple[Pool, Queries]:

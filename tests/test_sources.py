@@ -33,6 +33,8 @@ class Server:
         self.cut: dict[str, list[int]] = {}  # path -> byte counts after which to drop the connection
         self.ignore_range: set[str] = set()
         self.no_validator: set[str] = set()
+        self.no_length: set[str] = set()  # no Content-Length: the body ends when the connection closes
+        self.chunked: set[str] = set()  # Transfer-Encoding: chunked (its last chunk marks the end)
         self.log: list[dict] = []
         server = self
 
@@ -61,24 +63,36 @@ class Server:
                             self.end_headers()
                             return
                         status = 206
+                chunked = path in server.chunked
+                if chunked:
+                    self.protocol_version = "HTTP/1.1"
                 self.send_response(status)
                 if status == 206:
                     self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                self.send_header("Content-Length", str(len(body) - start))
+                if chunked:
+                    self.send_header("Transfer-Encoding", "chunked")
+                    self.send_header("Connection", "close")
+                elif path not in server.no_length:
+                    self.send_header("Content-Length", str(len(body) - start))
                 if path not in server.no_validator:
                     self.send_header("ETag", etag)
                     self.send_header("Accept-Ranges", "bytes")
                 self.end_headers()
                 payload = body[start:]
                 cuts = server.cut.get(path)
-                if cuts:
-                    n = cuts.pop(0)
-                    self.wfile.write(payload[:n])
+                n = cuts.pop(0) if cuts else None
+                data = payload if n is None else payload[:n]
+                if chunked:
+                    for i in range(0, len(data), 1000):
+                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data[i:i + 1000]), data[i:i + 1000]))
+                    if n is None:
+                        self.wfile.write(b"0\r\n\r\n")
+                else:
+                    self.wfile.write(data)
+                if n is not None:
                     self.wfile.flush()
                     self.connection.shutdown(socket.SHUT_RDWR)
                     self.close_connection = True
-                    return
-                self.wfile.write(payload)
 
         self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
@@ -286,6 +300,119 @@ def test_force_fetches_again(server):
     assert len(server.requests_for("/e.parquet")) == n + 1
 
 
+def manifest_of(task: str) -> dict:
+    return json.loads((paths.home() / "downloads" / task / "manifest.json").read_text())
+
+
+def test_a_transfer_with_no_length_is_installed_only_when_something_can_vouch_for_it(server):
+    """No Content-Length and no chunked framing: the end of the body is the connection closing, so
+    a cut transfer looks whole. Without a pinned sha256, size or recorded hash it is refused."""
+    body = reviews_json_gz(1200)
+    server.files["/nolen.json.gz"] = body
+    server.no_length.add("/nolen.json.gz")
+    server.cut["/nolen.json.gz"] = [len(body) // 3]
+    rf = RemoteFile("nolen.json.gz", (server.url("/nolen.json.gz"),))
+    folder = paths.home() / "downloads" / "rec-toy"
+    with pytest.raises(DownloadError, match="sent no length") as err:
+        fetch("rec-toy", rf)
+    assert "sha256" in str(err.value) and "size" in str(err.value)
+    assert folder_files(folder) == []  # neither the short file nor a part that cannot be resumed
+    with pytest.raises(DownloadError, match="sent no length"):  # whole, but nothing can tell
+        fetch("rec-toy", rf)
+    server.cut["/nolen.json.gz"] = [len(body) // 3]
+    sized = RemoteFile(rf.filename, rf.urls, size=len(body))
+    with pytest.raises(DownloadError, match=f"expected {len(body):,}"):
+        fetch("rec-toy", sized)
+    assert fetch("rec-toy", sized).read_bytes() == body
+    assert manifest_of("rec-toy")[rf.filename]["sha256"] == sha(body)
+    # the hash recorded now vouches for a later transfer without a length; a cut one is refused
+    (folder / rf.filename).unlink()
+    assert fetch("rec-toy", rf).read_bytes() == body
+    (folder / rf.filename).unlink()
+    server.cut["/nolen.json.gz"] = [1000]
+    with pytest.raises(DownloadError, match=sha(body)):
+        fetch("rec-toy", rf)
+
+
+def test_chunked_transfers_are_framed_and_a_cut_one_is_an_error(server):
+    body = reviews_json_gz(600)
+    server.files["/ch.json.gz"] = body
+    server.chunked.add("/ch.json.gz")
+    server.no_validator.add("/ch.json.gz")
+    server.cut["/ch.json.gz"] = [2500]
+    rf = RemoteFile("ch.json.gz", (server.url("/ch.json.gz"),))
+    with pytest.raises(DownloadError, match="interrupted after"):
+        fetch("rec-toy", rf)
+    assert fetch("rec-toy", rf).read_bytes() == body
+
+
+def test_a_corrupted_cache_of_an_unpinned_file_is_fetched_again_and_the_first_hash_kept(server):
+    body = reviews_json_gz(300)
+    server.files["/u.json.gz"] = body
+    rf = RemoteFile("u.json.gz", (server.url("/u.json.gz"),))
+    got = fetch("rec-toy", rf)
+    first = manifest_of("rec-toy")[rf.filename]
+    assert first["sha256"] == sha(body) and not first["sha256_pinned"]
+    n = len(server.requests_for("/u.json.gz"))
+    assert fetch("rec-toy", rf) == got and len(server.requests_for("/u.json.gz")) == n  # intact: reused
+    bad = bytearray(body)
+    bad[100] ^= 0xFF
+    got.write_bytes(bytes(bad))
+    with pytest.warns(UserWarning) as notes:
+        assert fetch("rec-toy", rf).read_bytes() == body
+    assert len(server.requests_for("/u.json.gz")) == n + 1
+    assert manifest_of("rec-toy")[rf.filename]["sha256"] == sha(body)
+    assert len(notes) == 1 and "fetched again" in str(notes[0].message) and rf.filename in str(notes[0].message)
+
+
+def test_a_shipped_unpinned_file_that_changes_upstream_is_refused_unless_forced(server):
+    """The Amazon files publish no checksum: the first sha256 seen is recorded and holds."""
+    from rbench.tasks.registry import TASKS
+
+    shipped = TASKS["rec-toy"].downloads[0]
+    assert shipped.sha256 is None  # Amazon 2014 reviews: nothing published to pin
+    old, new = reviews_json_gz(300), reviews_json_gz(310)
+    server.files["/r.json.gz"] = old
+    rf = RemoteFile(shipped.filename, (server.url("/r.json.gz"),), sha256=shipped.sha256, size=shipped.size)
+    got = fetch("rec-toy", rf)
+    got.unlink()  # the cache is gone, and upstream now serves something else
+    server.files["/r.json.gz"] = new
+    with pytest.raises(DownloadError) as err:
+        fetch("rec-toy", rf)
+    msg = str(err.value)
+    assert sha(old) in msg and sha(new) in msg and "--force" in msg and "\n" not in msg
+    assert not got.exists() and manifest_of("rec-toy")[rf.filename]["sha256"] == sha(old)
+    with pytest.warns(UserWarning) as notes:
+        assert fetch("rec-toy", rf, force=True).read_bytes() == new
+    entry = manifest_of("rec-toy")[rf.filename]
+    assert entry["sha256"] == sha(new) and entry["previous_sha256"] == sha(old)
+    assert len(notes) == 1 and sha(old) in str(notes[0].message) and sha(new) in str(notes[0].message)
+
+
+def test_a_cached_file_of_the_wrong_size_is_fetched_again(server):
+    body = reviews_json_gz(200)
+    server.files["/s.json.gz"] = body
+    rf = RemoteFile("s.json.gz", (server.url("/s.json.gz"),), size=len(body))  # no sha256, no manifest yet
+    folder = paths.home() / "downloads" / "rec-toy"
+    folder.mkdir(parents=True)
+    (folder / rf.filename).write_bytes(body[: len(body) // 2])  # e.g. left by an older, unchecked copy
+    with pytest.warns(UserWarning, match=f"not {len(body):,}; fetched again"):
+        assert fetch("rec-toy", rf).read_bytes() == body
+    assert manifest_of("rec-toy")[rf.filename]["sha256"] == sha(body)
+
+
+def test_an_unreadable_manifest_is_said_and_the_hash_recorded_again(server):
+    body = reviews_json_gz(100)
+    server.files["/m.json.gz"] = body
+    rf = RemoteFile("m.json.gz", (server.url("/m.json.gz"),))
+    folder = paths.home() / "downloads" / "rec-toy"
+    folder.mkdir(parents=True)
+    (folder / "manifest.json").write_bytes(b'{"m.json.gz": {"sha2')
+    with pytest.warns(UserWarning, match="manifest.json is unreadable"):
+        fetch("rec-toy", rf)
+    assert manifest_of("rec-toy")[rf.filename]["sha256"] == sha(body)
+
+
 def test_download_task_installs_archives_extracted_and_files_linked(server, monkeypatch):
     zbody, pbody = ml1m_zip(), esci_examples_parquet()
     server.files["/ml-1m.zip"] = zbody
@@ -376,25 +503,122 @@ def test_good_archives_extract_with_their_layout(tmp_path):
     written = safe_extract(z, tmp_path / "out")
     assert sorted(written) == ["ml-1m/movies.dat", "ml-1m/ratings.dat", "ml-1m/users.dat"]
     assert (tmp_path / "out" / "ml-1m" / "ratings.dat").read_text().splitlines()[0] == "1::1193::5::978300760"
-    t = make_tar(tmp_path / "a.tar.gz", {"data/collection.tsv": b"0\tpassage zero\n"},
-                 links=[("data/latest.tsv", "collection.tsv", tarfile.SYMTYPE),
-                        ("data/copy.tsv", "data/collection.tsv", tarfile.LNKTYPE)])
-    safe_extract(t, tmp_path / "t")
-    assert (tmp_path / "t" / "data" / "latest.tsv").read_text() == "0\tpassage zero\n"
-    assert (tmp_path / "t" / "data" / "latest.tsv").is_symlink()
-    assert (tmp_path / "t" / "data" / "copy.tsv").read_text() == "0\tpassage zero\n"
+    t = make_tar(tmp_path / "a.tar.gz", {"data/collection.tsv": b"0\tpassage zero\n", "data/sub/q.tsv": b"q\n"})
+    assert sorted(safe_extract(t, tmp_path / "t")) == ["data/collection.tsv", "data/sub/q.tsv"]
+    assert (tmp_path / "t" / "data" / "collection.tsv").read_text() == "0\tpassage zero\n"
+
+
+def make_tar_seq(path, entries: list[tuple[str, str, bytes | str]]):
+    """A tar with members in exactly this order: (name, 'file' | 'dir' | 'sym' | 'hard', data or target)."""
+    kinds = {"dir": tarfile.DIRTYPE, "sym": tarfile.SYMTYPE, "hard": tarfile.LNKTYPE}
+    with tarfile.open(path, "w") as tf:
+        for name, kind, payload in entries:
+            info = tarfile.TarInfo(name)
+            if kind == "file":
+                info.size = len(payload)
+                tf.addfile(info, io.BytesIO(payload))
+            else:
+                info.type = kinds[kind]
+                info.linkname = payload if kind in ("sym", "hard") else ""
+                tf.addfile(info)
+    return path
+
+
+def _chain(depth: int) -> str:
+    """``a -> .`` makes ``a/a/…/a`` the destination itself, so as many ``..`` climb above it while
+    the text ``a/…/a/../…/..`` looks like it stays inside."""
+    return "/".join(["a"] * depth + [".."] * depth + ["etc", "passwd"])
+
+
+@pytest.mark.parametrize("kind", ["tar", "zip"])
+def test_a_symlink_chain_cannot_reach_outside_the_destination(tmp_path, kind):
+    dest = tmp_path / "raw" / "rec-movie"
+    depth = len(dest.resolve().parts) + 2
+    if kind == "tar":
+        archive = make_tar_seq(tmp_path / "evil.tar", [("a", "sym", "."), ("leak", "sym", _chain(depth))])
+    else:
+        archive = make_zip(tmp_path / "evil.zip", {}, symlinks={"a": ".", "leak": _chain(depth)})
+    with pytest.raises(RBenchError, match="refusing link 'a'") as err:
+        safe_extract(archive, dest)
+    assert str(archive) in str(err.value) and "\n" not in str(err.value)
+    assert not os.path.lexists(dest / "leak") and folder_files(dest) == []
+
+
+@pytest.mark.parametrize("entries,member", [
+    ([("data/x.tsv", "file", b"0\tx\n"), ("data/y.tsv", "sym", "x.tsv")], "data/y.tsv"),  # harmless-looking
+    ([("data/x.tsv", "file", b"0\tx\n"), ("data/y.tsv", "hard", "data/x.tsv")], "data/y.tsv"),
+    ([("h", "hard", "a/a/../../etc/passwd")], "h"),
+])
+def test_links_in_archives_are_refused_whatever_their_target(tmp_path, entries, member):
+    archive = make_tar_seq(tmp_path / "l.tar", entries)
+    with pytest.raises(RBenchError, match=f"refusing link {member!r}"):
+        safe_extract(archive, tmp_path / "out")
+    assert folder_files(tmp_path / "out") == []
+
+
+@pytest.mark.parametrize("entries,member,needle", [
+    ([("d/x", "file", b"1"), ("d/x", "file", b"2")], "d/x", "duplicate member"),
+    ([("d", "file", b"1"), ("d", "dir", b"")], "d", "a file and a folder"),  # was FileExistsError
+    ([("d", "dir", b""), ("d", "file", b"1")], "d", "a file and a folder"),  # was IsADirectoryError
+    ([("d", "file", b"1"), ("d/x", "file", b"2")], "d/x", "under the file 'd'"),
+    ([("d/x", "file", b"2"), ("d", "file", b"1")], "d", "a file and a folder"),
+])
+def test_clashing_member_names_are_refused_with_one_line(tmp_path, entries, member, needle):
+    archive = make_tar_seq(tmp_path / "c.tar", entries)
+    with pytest.raises(RBenchError, match=needle) as err:
+        safe_extract(archive, tmp_path / "out")
+    assert str(err.value).startswith(f"{archive}: refusing member {member!r}")
+    assert folder_files(tmp_path / "out") == []
+
+
+def test_a_member_that_clashes_with_what_the_destination_holds_is_one_line(tmp_path):
+    archive = make_tar_seq(tmp_path / "c.tar", [("d/x", "file", b"1")])
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "d").write_text("a file already here")
+    with pytest.raises(RBenchError, match="cannot write member 'd/x'") as err:
+        safe_extract(archive, tmp_path / "out")
+    assert str(archive) in str(err.value)
+
+
+def test_duplicate_zip_members_are_refused(tmp_path):
+    z = tmp_path / "dup.zip"
+    with zipfile.ZipFile(z, "w") as zf, pytest.warns(UserWarning, match="Duplicate name"):
+        zf.writestr("ml-1m/ratings.dat", "1::1::5::1\n")
+        zf.writestr("ml-1m/ratings.dat", "1::2::5::1\n")
+    with pytest.raises(RBenchError, match="refusing member 'ml-1m/ratings.dat': duplicate member"):
+        safe_extract(z, tmp_path / "out")
+
+
+def test_the_download_command_refuses_a_symlink_chain_and_installs_nothing(server, monkeypatch, capsys):
+    from rbench.cli import main
+    from tests.helpers import with_downloads
+
+    raw = paths.raw_dir("rec-movie")
+    z = make_zip(paths.home() / "evil.zip", {"ml-1m/ratings.dat": b"1::1::5::1\n"},
+                 symlinks={"ml-1m/a": ".", "ml-1m/leak": _chain(len(raw.parts) + 3)})
+    server.files["/ml-1m.zip"] = z.read_bytes()
+    with_downloads(monkeypatch, "rec-movie", (RemoteFile("ml-1m.zip", (server.url("/ml-1m.zip"),),
+                                                         sha256=sha(z.read_bytes()), extract=True),))
+    code = main(["data", "download", "rec-movie", "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and "refusing link 'ml-1m/a'" in err and "Traceback" not in err
+    assert not os.path.lexists(raw / "ml-1m" / "leak") and folder_files(raw) == []
+    assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []
 
 
 @pytest.mark.parametrize("build,needle", [
     (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x", "../evil.txt": b"x"}), "'..'"),
     (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x", "/tmp/evil.txt": b"x"}), "absolute"),
     (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x", "C:\\evil.txt": b"x"}), "absolute"),
-    (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x"}, symlinks={"link": "../../etc"}), "outside"),
-    (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x"}, symlinks={"link": "/etc/passwd"}), "absolute"),
+    (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x"}, symlinks={"link": "../../etc"}), "refusing link"),
+    (lambda p: make_zip(p / "a.zip", {"ok.txt": b"x"}, symlinks={"link": "/etc/passwd"}), "refusing link"),
     (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x", "sub/../../evil.txt": b"x"}), "'..'"),
-    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("l", "/etc/passwd", tarfile.SYMTYPE)]), "absolute"),
-    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("d/l", "../../x", tarfile.SYMTYPE)]), "outside"),
-    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("h", "../secret", tarfile.LNKTYPE)]), "outside"),
+    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("l", "/etc/passwd", tarfile.SYMTYPE)]),
+     "refusing link"),
+    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("d/l", "../../x", tarfile.SYMTYPE)]),
+     "refusing link"),
+    (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, links=[("h", "../secret", tarfile.LNKTYPE)]),
+     "refusing link"),
     (lambda p: make_tar(p / "a.tar.gz", {"ok.txt": b"x"}, fifo="pipe"), "special file"),
 ])
 def test_escaping_members_are_refused_before_anything_is_written(tmp_path, build, needle):

@@ -226,14 +226,47 @@ def test_a_failed_write_leaves_no_entry_and_no_temp_folder(monkeypatch):
     assert entries() == []
 
 
-def test_damaged_entry_is_rebuilt_with_a_warning():
+def _flip_last_byte(f):
+    data = bytearray(f.read_bytes())
+    data[-1] ^= 0x01
+    f.write_bytes(bytes(data))
+
+
+DAMAGE = {
+    "missing file": (lambda e: (e / "test.positives.values.npy").unlink(), "is missing"),
+    "altered values": (lambda e: _flip_last_byte(e / "test.positives.values.npy"), "changed since it was written"),
+    "truncated": (lambda e: (e / "pool.arrow").write_bytes((e / "pool.arrow").read_bytes()[:-9]), "changed since"),
+    "no manifest": (lambda e: (e / "manifest.json").unlink(), "manifest.json is missing"),
+    "no integrity record": (lambda e: (e / "integrity.json").unlink(), "no integrity record"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(DAMAGE))
+def test_damaged_entry_is_rebuilt_with_a_warning(case):
     write_raw()
     loader = Loader()
     load_cached(SPEC, Opts(), 0, loader)
-    (paths.prepared_dir(SPEC.name) / entries()[0] / "test.positives.values.npy").unlink()
-    with pytest.warns(UserWarning, match="unreadable"):
+    damage, why = DAMAGE[case]
+    damage(paths.prepared_dir(SPEC.name) / entries()[0])
+    with pytest.warns(UserWarning, match=why):
         data = load_cached(SPEC, Opts(), 0, loader)
     assert loader.calls == 2 and len(data.test) == 3
+    assert load_cached(SPEC, Opts(), 0, loader) is not None and loader.calls == 2  # rebuilt entry verifies
+
+
+def test_temporaries_of_killed_runs_are_cleaned_and_live_ones_kept():
+    import time
+
+    write_raw()
+    task_dir = paths.prepared_dir(SPEC.name)
+    stale, live = task_dir / ".abc.x1.tmp", task_dir / ".abc.x2.tmp"
+    for d in (stale, live):
+        d.mkdir(parents=True)
+        (d / "pool.arrow").write_bytes(b"half")
+    old = time.time() - 2 * 3600
+    os.utime(stale, (old, old))
+    load_cached(SPEC, Opts(), 0, Loader())
+    assert not stale.exists() and live.exists()
 
 
 def test_large_arrays_are_memory_mapped_read_only(monkeypatch):

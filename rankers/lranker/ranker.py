@@ -17,8 +17,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import os
-import shutil
 import sys
 import time
 from collections.abc import Sequence
@@ -219,9 +217,10 @@ class LRankerRanker(BaseRanker):
                 continue
             default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
             value = config[f.name]
-            if value == default or (isinstance(default, tuple) and list(default) == value) \
-                    or (f.name in implied and implied[f.name] == value) \
-                    or (f.name in implied and isinstance(implied[f.name], tuple) and list(implied[f.name]) == value):
+            # an option the preset sets is shown when it differs from the preset's value (an explicit
+            # --set similarity=dot on top of preset=cpu is a different model, even if it is the paper's)
+            base = implied[f.name] if f.name in implied else default
+            if value == base or (isinstance(base, tuple) and list(base) == value):
                 continue
             text = str(value).lower() if isinstance(value, bool) else str(value)
             parts.append(f"{f.name}={text.rstrip('/').rsplit('/', 1)[-1]}")
@@ -335,19 +334,17 @@ class LRankerRanker(BaseRanker):
         return factory
 
     def _save(self, ckpt: Path, model: Any, report: Any, task: TaskData) -> None:
-        tmp = ckpt.parent / f".{ckpt.name}.tmp-{os.getpid()}"
-        shutil.rmtree(tmp, ignore_errors=True)
-        model.save(tmp, {"train": report.__dict__, "config": self.cfg.training_key(), "task": task.spec.name,
-                         "seed": self.seed})
-        if self._agg.pca is not None:
-            from safetensors.numpy import save_file
+        from rbench.atomic import atomic_dir
 
-            save_file({"mean": self._agg.pca.mean, "components": self._agg.pca.components},
-                      str(tmp / "aggregation.safetensors"))
-        try:
-            os.replace(tmp, ckpt)
-        except OSError:  # another process finished the same checkpoint first
-            shutil.rmtree(tmp, ignore_errors=True)
+        # the same key means the same checkpoint: a writer that finishes second keeps the first one's
+        with atomic_dir(ckpt, replace=False) as tmp:
+            model.save(tmp, {"train": report.__dict__, "config": self.cfg.training_key(), "task": task.spec.name,
+                             "seed": self.seed})
+            if self._agg.pca is not None:
+                from safetensors.numpy import save_file
+
+                save_file({"mean": self._agg.pca.mean, "components": self._agg.pca.components},
+                          str(tmp / "aggregation.safetensors"))
 
     # ------------------------------------------------------------------------------------
     def _require_fit(self) -> None:
@@ -519,9 +516,9 @@ class LRankerRanker(BaseRanker):
         else:
             sel = self.select(task, valid, widths, depths)
             if cache.parent.exists():
-                tmp = cache.with_suffix(".tmp")
-                tmp.write_text(json.dumps(sel, indent=1))
-                os.replace(tmp, cache)
+                from rbench.atomic import atomic_write_text
+
+                atomic_write_text(cache, json.dumps(sel, indent=1))
         self.width, self.depth = int(sel["width"]), int(sel["depth"])
         self.info["tts"] = sel
 

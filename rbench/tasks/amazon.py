@@ -53,7 +53,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rbench.errors import DataError
-from rbench.tasks.kit import open_text, parse_json_object
+from rbench.tasks.kit import iter_lines, parse_json_object
 
 BLOCK_BYTES = 16 << 20  # bytes of JSON text parsed per block (one line must fit in a block)
 
@@ -113,10 +113,10 @@ def _batches(path: Path, schema: pa.Schema, block_bytes: int) -> Iterator[pa.Rec
 
 
 def _iter_objects(path: Path) -> Iterator[tuple[int, Any]]:
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if line.strip():
-                yield lineno, line
+    # not strict: the review dumps are UTF-8, and a stray byte in a title is not worth refusing
+    for lineno, line in iter_lines(path, strict=False):
+        if line.strip():
+            yield lineno, line
 
 
 def _line_of_row(path: Path, row: int) -> int | None:
@@ -185,6 +185,8 @@ def _stream(path: Path, schema: pa.Schema, checks: dict[str, str], required: tup
             rows += batch.num_rows
             yield batch
     except pa.ArrowInvalid as exc:
+        _raise_first_bad_line(path, checks, str(exc))
+    except (OSError, EOFError) as exc:  # a corrupt or truncated .gz: the exact scan names where
         _raise_first_bad_line(path, checks, str(exc))
 
 

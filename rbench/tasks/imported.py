@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 import shutil
 from collections.abc import Collection
@@ -43,6 +42,7 @@ import numpy as np
 
 from rbench import paths
 from rbench.api import SCENARIOS, Pool, Source, TaskData, TaskSpec
+from rbench.atomic import atomic_dir
 from rbench.errors import DataError, RBenchError
 from rbench.hashing import file_sha256 as _sha256
 from rbench.tasks.family import TaskFamily
@@ -171,6 +171,8 @@ def read_candidates(path: Path, query_index: dict[str, int], doc_index: dict[str
 
 def read_beir(corpus: Path, queries: Path, qrels: Path, candidates: Path | None = None) -> BeirData:
     for p in (corpus, queries, qrels) + ((candidates,) if candidates else ()):
+        if Path(p).is_dir():
+            raise DataError("expected a file, got a directory", p)
         if not Path(p).is_file():
             raise DataError("file not found", p)
     doc_ids, doc_texts = read_corpus(corpus)
@@ -227,11 +229,7 @@ def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path 
     target = root / name
     if target.exists() and not overwrite:
         raise RBenchError(f"task {name!r} is already imported at {target} (overwrite to replace it)")
-    root.mkdir(parents=True, exist_ok=True)
-    tmp = root / f".tmp-{name}-{os.getpid()}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir()
-    try:
+    with atomic_dir(target) as tmp:
         files: dict[str, dict[str, str]] = {}
         for kind, src in sources.items():
             dest_name = _FILES[kind] + (".gz" if src.name.endswith(".gz") else "")
@@ -260,15 +258,6 @@ def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path 
             "imported_at": datetime.now(timezone.utc).isoformat(timespec="seconds"),
         }
         (tmp / "task.json").write_text(json.dumps(spec, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        if target.exists():
-            old = root / f".old-{name}-{os.getpid()}"
-            os.replace(target, old)
-            os.replace(tmp, target)
-            shutil.rmtree(old, ignore_errors=True)
-        else:
-            os.replace(tmp, target)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
     return target
 
 

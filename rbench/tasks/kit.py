@@ -27,7 +27,7 @@ from typing import Any
 import numpy as np
 
 from rbench import paths
-from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
+from rbench.api import MAX_GRADE, Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError, did_you_mean
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -158,12 +158,32 @@ def open_text(path: Path) -> io.TextIOBase:
     return open(path, encoding="utf-8", errors="replace")  # noqa: SIM115
 
 
+def iter_lines(path: Path, strict: bool = True) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) of a plain or gzip text file. A corrupt or truncated
+    gzip stream and, when ``strict``, bytes that are not UTF-8 are DataErrors naming the file and
+    line (and the column): never a bare zlib error, never text silently replaced by U+FFFD."""
+    if Path(path).is_dir():
+        raise DataError("expected a file, got a directory", path)
+    lineno = 0
+    try:
+        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as fh:
+            for lineno, raw in enumerate(fh, start=1):  # noqa: B007 - lineno is read after the loop
+                try:
+                    text = raw.decode("utf-8") if strict else raw.decode("utf-8", errors="replace")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"not valid UTF-8 at column {exc.start + 1} (byte 0x{raw[exc.start]:02x}); "
+                                    "re-encode the file as UTF-8", path, lineno) from None
+                yield lineno, text.rstrip("\r\n")
+    except (EOFError, OSError, zlib.error) as exc:
+        if isinstance(exc, FileNotFoundError):
+            raise DataError("file not found", path) from None
+        raise DataError(f"corrupt or truncated compressed data after line {lineno} ({exc})", path) from None
+
+
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     """(line number, object) for every non-empty line; a bad line is a DataError naming it."""
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            if not line.strip():
-                continue
+    for lineno, line in iter_lines(path):
+        if line.strip():
             yield lineno, parse_json_object(line, path, lineno)
 
 
@@ -263,51 +283,50 @@ def read_qrels(path: Path, query_index: dict[str, int], doc_index: dict[str, int
     out: dict[int, list[tuple[int, float]]] = {}
     seen: dict[tuple[str, str], int] = {}
     n = skipped = 0
-    with open_text(path) as fh:
-        start = 1
-        if fmt.header is not None:
-            header = fh.readline().rstrip("\r\n")
-            if [h.strip() for h in header.split(fmt.separator)] != fmt.header.split("\t"):
-                raise DataError(f"expected the header {fmt.header.replace(chr(9), '<TAB>')!r}, got {header!r}",
+    for lineno, line in iter_lines(path):
+        if lineno == 1 and fmt.header is not None:
+            if [h.strip() for h in line.split(fmt.separator)] != fmt.header.split("\t"):
+                raise DataError(f"expected the header {fmt.header.replace(chr(9), '<TAB>')!r}, got {line!r}",
                                 path, 1)
-            start = 2
-        for lineno, line in enumerate(fh, start=start):
-            line = line.rstrip("\r\n")
-            if not line.strip():
+            continue
+        if not line.strip():
+            continue
+        parts = line.split(fmt.separator)
+        if len(parts) != len(names):
+            how = "tab-separated" if fmt.separator == "\t" else "whitespace-separated"
+            hint = "" if fmt.header is not None else " (qid 0 pid grade)"
+            raise DataError(f"expected {len(names)} {how} fields{hint}, got {len(parts)}", path, lineno,
+                            names[min(len(parts), len(names) - 1)])
+        qid, did, raw = (p.strip() for p in (parts[0], parts[-2], parts[-1]))
+        if fmt.integer_grades:
+            try:
+                grade = float(int(raw))
+            except ValueError:
+                raise DataError(f"expected an integer grade, got {raw!r}", path, lineno, gf) from None
+        if qid not in query_index:
+            raise DataError(f"unknown {fmt.query_word} {qid!r} (not in {fmt.queries_file})"
+                            f"{did_you_mean(qid, list(query_index)[:5000])}", path, lineno, qf)
+        if did not in doc_index:
+            if fmt.skip_unknown_unjudged_docs and grade <= 0:
+                skipped += 1
                 continue
-            parts = line.split(fmt.separator)
-            if len(parts) != len(names):
-                how = "tab-separated" if fmt.separator == "\t" else "whitespace-separated"
-                hint = "" if fmt.header is not None else " (qid 0 pid grade)"
-                raise DataError(f"expected {len(names)} {how} fields{hint}, got {len(parts)}", path, lineno,
-                                names[min(len(parts), len(names) - 1)])
-            qid, did, raw = (p.strip() for p in (parts[0], parts[-2], parts[-1]))
-            if fmt.integer_grades:
-                try:
-                    grade = float(int(raw))
-                except ValueError:
-                    raise DataError(f"expected an integer grade, got {raw!r}", path, lineno, gf) from None
-            if qid not in query_index:
-                raise DataError(f"unknown {fmt.query_word} {qid!r} (not in {fmt.queries_file})"
-                                f"{did_you_mean(qid, list(query_index)[:5000])}", path, lineno, qf)
-            if did not in doc_index:
-                if fmt.skip_unknown_unjudged_docs and grade <= 0:
-                    skipped += 1
-                    continue
-                raise DataError(f"unknown {fmt.doc_word} {did!r} (not in {fmt.docs_file})", path, lineno, df)
-            if not fmt.integer_grades:
-                try:
-                    grade = float(raw)
-                except ValueError:
-                    raise DataError(f"expected a number, got {raw!r}", path, lineno, gf) from None
-                if not np.isfinite(grade):
-                    raise DataError(f"expected a finite number, got {raw!r}", path, lineno, gf)
-            if (qid, did) in seen:
-                raise DataError(f"duplicate judgement (first on line {seen[(qid, did)]})", path, lineno, df)
-            seen[(qid, did)] = lineno
-            n += 1
-            if grade > 0:
-                out.setdefault(query_index[qid], []).append((doc_index[did], grade))
+            raise DataError(f"unknown {fmt.doc_word} {did!r} (not in {fmt.docs_file})", path, lineno, df)
+        if not fmt.integer_grades:
+            try:
+                grade = float(raw)
+            except ValueError:
+                raise DataError(f"expected a number, got {raw!r}", path, lineno, gf) from None
+            if not np.isfinite(grade):
+                raise DataError(f"expected a finite number, got {raw!r}", path, lineno, gf)
+        if abs(grade) > MAX_GRADE:
+            raise DataError(f"grade {raw} is outside +-{MAX_GRADE:g}: nDCG sums grades as gains and cannot "
+                            "hold it", path, lineno, gf)
+        if (qid, did) in seen:
+            raise DataError(f"duplicate judgement (first on line {seen[(qid, did)]})", path, lineno, df)
+        seen[(qid, did)] = lineno
+        n += 1
+        if grade > 0:
+            out.setdefault(query_index[qid], []).append((doc_index[did], grade))
     if n == 0:
         raise DataError("no judgements", path)
     return Qrels(out, n, skipped)

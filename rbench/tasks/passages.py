@@ -67,9 +67,9 @@ from rbench.tasks.kit import (
     QueryTable,
     assemble,
     iter_jsonl,
+    iter_lines,
     locate,
     not_present,
-    open_text,
     read_qrels,
     seeded_rng,
     split_labels,
@@ -440,20 +440,18 @@ def read_id_text_tsv(path: Path, id_name: str) -> tuple[np.ndarray, np.ndarray, 
     ids: list[str] = []
     texts: list[str] = []
     lines: list[int] = []
-    with open_text(path) as fh:
-        for lineno, line in enumerate(fh, start=1):
-            line = line.rstrip("\r\n")
-            if not line.strip():
-                continue
-            key, tab, text = line.partition("\t")
-            if not tab:
-                raise DataError(f"expected {id_name}<TAB>text (no tab on this line)", path, lineno, "text")
-            key = key.strip()
-            if not key:
-                raise DataError("empty id", path, lineno, id_name)
-            ids.append(key)
-            texts.append(text)
-            lines.append(lineno)
+    for lineno, line in iter_lines(path):
+        if not line.strip():
+            continue
+        key, tab, text = line.partition("\t")
+        if not tab:
+            raise DataError(f"expected {id_name}<TAB>text (no tab on this line)", path, lineno, "text")
+        key = key.strip()
+        if not key:
+            raise DataError("empty id", path, lineno, id_name)
+        ids.append(key)
+        texts.append(text)
+        lines.append(lineno)
     if not ids:
         raise DataError("no rows", path)
     arr = np.asarray(ids, dtype=object)

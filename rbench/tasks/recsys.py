@@ -227,6 +227,12 @@ def read_atomic(path: Path, required: Sequence[str] = ()) -> pd.DataFrame:
                 continue
             parts = line.split("\t")
             if len(parts) > ncol:
+                surplus_parts = parts[j + 1 : j + 1 + len(parts) - ncol]
+                if any(x.strip().startswith(("http://", "https://")) for x in surplus_parts):
+                    # a tab inside a title is plausible; a URL inside one is a column the header lacks
+                    raise DataError(f"the header names {ncol} columns ({', '.join(names)}) but this line has "
+                                    f"{len(parts)}, and the extra field is a URL: add the missing column to the "
+                                    "header", path, lineno)
                 surplus = len(parts) - ncol
                 parts = parts[:j] + [" ".join(parts[j : j + surplus + 1])] + parts[j + surplus + 1 :]
             if len(parts) < ncol:
@@ -303,7 +309,12 @@ def read_ml_ratings(path: Path) -> pd.DataFrame:
     users: list[str] = []
     items: list[str] = []
     times: list[int] = []
-    for lineno, line in enumerate(_decode(path).splitlines(), start=1):
+    text = _decode(path)
+    if text.strip() and not text.endswith(("\n", "\r")):
+        last = len(text.splitlines())
+        raise DataError("the file ends in the middle of a line (no newline after the last rating): it looks "
+                        "cut short; download or copy it again", path, last)
+    for lineno, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         parts = line.split("::")

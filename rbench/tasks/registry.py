@@ -73,6 +73,10 @@ def resolve(name: str | TaskSpec | Task) -> Task:
     extra = _imported()
     if key in extra:
         return extra[key]
+    folder = imported.imported_root() / key
+    if folder.is_dir():  # an imported task whose task.json is damaged: say so, not "unknown task"
+        spec = imported.spec_from_json(folder / "task.json")
+        raise RBenchError(f"imported task {key!r}: {folder / 'task.json'} names {spec.name!r}; re-import it")
     raise unknown("task", key, list(BUILTIN) + list(extra))
 
 
