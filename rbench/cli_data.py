@@ -317,3 +317,61 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-r
     missing = [r for r in rows if not r["raw_present"]]
     for r in missing:
         out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['raw'])}", soft_wrap=True)
+
+
+# --------------------------------------------------------------------------------------------
+# qrels
+# --------------------------------------------------------------------------------------------
+
+
+def qrels_text(queries: Any, pool_ids: Any) -> str:
+    """A split's relevance judgements in TREC format, ``qid 0 docid grade`` per positive (grades
+    written as integers where they are whole, as trec_eval and ir_measures read them)."""
+    import numpy as np
+
+    docs = np.asarray(pool_ids).astype(str)
+    lines = []
+    for q, row, grades in zip(np.asarray(queries.ids).astype(str), queries.positives, queries.grades):
+        for d, g in zip(docs[np.asarray(row)], np.asarray(grades, dtype=np.float64).tolist()):
+            lines.append(f"{q} 0 {d} {int(g) if float(g).is_integer() else g!r}\n")
+    return "".join(lines)
+
+
+@data_app.command("qrels")
+def qrels_cmd(
+    task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
+    split: str = typer.Option("test", "--split", help="train | valid | test"),
+    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N (its pool's ids)"),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (.gz: gzipped); default stdout."),
+    sets: Optional[list[str]] = typer.Option(None, "--set", help="Task option as task.key=value (repeatable)."),
+    seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and variants (as `rbench run`)."),
+) -> None:
+    """Write a task's qrels in TREC format (``qid 0 docid grade``), to score run files with
+    ir_measures, ranx or trec_eval: ``ir_measures qrels.txt RUN.run.gz nDCG@10``."""
+    import gzip
+    import io
+
+    from rbench.atomic import atomic_write_bytes
+    from rbench.pools import parse_variant
+    from rbench.runner import apply_variant
+    from rbench.tasks.registry import load, resolve
+
+    if split not in ("train", "valid", "test"):
+        raise RBenchError(f"--split must be train, valid or test, not {split!r}")
+    resolved = resolve(task)
+    options = resolved.options(_task_sets(sets))
+    v = parse_variant(variant)
+    data = apply_variant(load(resolved, options, seed=seed), v, seed)
+    pool = data.pool if split == "test" else data.fit_pool  # a variant replaces the test pool only
+    text = qrels_text(getattr(data, split), pool.ids)
+    if output is None:
+        sys.stdout.write(text)
+        return
+    raw = text.encode()
+    if output.name.endswith(".gz"):
+        buf = io.BytesIO()
+        with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
+            gz.write(raw)
+        raw = buf.getvalue()
+    atomic_write_bytes(output, raw)
+    err.print(f"{len(getattr(data, split)):,} queries' qrels written to {output}", soft_wrap=True, highlight=False)

@@ -74,7 +74,8 @@ def _topk_unsorted(scores: np.ndarray, k: int, keys: np.ndarray | None = None) -
         idx = np.broadcast_to(np.arange(n_cols), scores.shape).copy()
         return idx, scores.copy()
     torch = sys.modules.get("torch")  # use torch's multi-threaded topk only when already loaded
-    if torch is not None and n_cols > 4 * k and scores.dtype in (np.float32, np.float64):
+    # (its per-call cost only pays off on many rows: the engine's row blocks are small)
+    if torch is not None and n_rows >= 256 and n_cols > 4 * k and scores.dtype in (np.float32, np.float64):
         vals, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k + 1, dim=1, sorted=False)
         idx, vals = idx.numpy().astype(np.int64, copy=False), vals.numpy()
     else:
@@ -137,12 +138,19 @@ class _RunningTopK:
         if self.k <= 0:
             return
         if self.idx is None or self.idx.shape[1] < self.k:
-            self._select(s, cand)
+            head = max(4096, 16 * self.k)
+            if self.idx is None and s.shape[1] > 2 * head and s.shape[0] < 256:  # (torch.topk: many rows)
+                # a wide first chunk: select among its first columns, then filter the rest against
+                # that k-th best (a comparison pass) instead of selecting over every column
+                self._select(s[:, :head], cand[..., :head])
+                self.add(s[:, head:], cand[..., head:])
+            else:
+                self._select(s, cand)
             return
         kth = self.val.min(axis=1)[:, None]
         if self._buf is None or self._buf.shape != s.shape:
             self._buf = np.empty(s.shape, dtype=bool)
-        hit = (np.greater if cand.ndim == 1 else np.greater_equal)(s, kth, out=self._buf)
+        hit = (np.greater if cand.ndim == 1 else np.greater_equal)(s, kth, out=self._buf)  # C-contiguous
         n_hit = int(np.count_nonzero(hit))
         if n_hit == 0:
             return
@@ -185,6 +193,31 @@ def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray 
         out = np.empty(scores.shape, dtype=bool)
     (np.greater if op == ">" else np.equal)(scores, thresholds, out=out)
     return np.count_nonzero(out, axis=1)
+
+
+_TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
+
+
+def _count_block(s: np.ndarray, spc: np.ndarray, higher: np.ndarray, equal: np.ndarray, n_pos: int,
+                 bufs: dict[tuple[int, int], np.ndarray]) -> None:
+    """Add to ``higher``/``equal`` (views) how many of each row's scores are >/== each positive's
+    score (masked positives are NaN: they never count)."""
+    C = s.shape[1]
+    if n_pos <= 8:
+        buf = bufs.get(s.shape)
+        if buf is None:
+            buf = bufs[s.shape] = np.empty(s.shape, dtype=bool)
+        for j in range(n_pos):
+            t = spc[:, j : j + 1]
+            higher[:, j] += _count(s, t, ">", buf)
+            equal[:, j] += _count(s, t, "==", buf)
+    else:  # many graded positives: sort once, binary-search each positive
+        srt = np.sort(np.where(np.isnan(s), -np.inf, s), axis=1)
+        for i in range(s.shape[0]):
+            lo = np.searchsorted(srt[i], spc[i], side="left")
+            hi = np.searchsorted(srt[i], spc[i], side="right")
+            higher[i] += C - hi
+            equal[i] += hi - lo
 
 
 def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
@@ -409,7 +442,7 @@ def evaluate(
     top_idx = np.full((n, topk), -1, dtype=np.int64)
     top_val = np.full((n, topk), -np.inf, dtype=np.float64)
     n_ranked = np.zeros(n, dtype=np.int64)
-    hit_buf: np.ndarray | None = None
+    hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
@@ -426,6 +459,11 @@ def evaluate(
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
         excl = batch.exclude
+        # the scores are masked and counted in row blocks of about _TILE_BYTES, so that those
+        # passes read a block from cache, not memory
+        width = batch.candidates.shape[1] if batch.candidates is not None else pool_range[1] - pool_range[0]
+        step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
+        blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
@@ -450,31 +488,23 @@ def evaluate(
                     for r in np.unique(er):
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
-            n_ranked[rows] += np.isfinite(s).sum(axis=1) if excluded_here else s.shape[1]
-            top.add(s, cand)  # running top-k (unsorted until the end of the scan; topk=0: nothing)
-            # positives are compared among themselves below; mask them out of the chunk
-            cmp = s
+            # positives are compared among themselves below; they are masked out of the chunk
             if cand.ndim == 1:
                 inside = pos_ok & (pos >= a) & (pos < a + C)
-                rr, cc = np.nonzero(inside)
-                cmp[rr, pos[rr, cc] - a] = np.nan
-            else:
-                hit = (cand[:, :, None] == pos[:, None, :]) & pos_ok[:, None, :]
-                cmp[hit.any(axis=2)] = np.nan
-            if pos.shape[1] <= 8:
-                for j in range(pos.shape[1]):
-                    t = spc[:, j : j + 1]
-                    if hit_buf is None or hit_buf.shape != cmp.shape:
-                        hit_buf = np.empty(cmp.shape, dtype=bool)
-                    higher[:, j] += _count(cmp, t, ">", hit_buf)
-                    equal[:, j] += _count(cmp, t, "==", hit_buf)
-            else:  # many graded positives: sort once, binary-search each positive
-                srt = np.sort(np.where(np.isnan(cmp), -np.inf, cmp), axis=1)
-                for i in range(B):
-                    lo = np.searchsorted(srt[i], spc[i], side="left")
-                    hi = np.searchsorted(srt[i], spc[i], side="right")
-                    higher[i] += C - hi
-                    equal[i] += hi - lo
+                rr, cc = np.nonzero(inside)  # row-major: each block's are one slice
+                lims = np.searchsorted(rr, [r0 for r0, _ in blocks] + [B])
+            top.add(s, cand)  # running top-k (unsorted until the end of the scan; topk=0: nothing)
+            for bi, (r0, r1) in enumerate(blocks):
+                sb = s[r0:r1]
+                cb = cand if cand.ndim == 1 else cand[r0:r1]
+                n_ranked[rows[r0:r1]] += np.isfinite(sb).sum(axis=1) if excluded_here else C
+                if cand.ndim == 1:
+                    br, bc = rr[lims[bi] : lims[bi + 1]], cc[lims[bi] : lims[bi + 1]]
+                    sb[br - r0, pos[br, bc] - a] = np.nan
+                else:
+                    hit = (cb[:, :, None] == pos[r0:r1, None, :]) & pos_ok[r0:r1, None, :]
+                    sb[hit.any(axis=2)] = np.nan
+                _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 break
         if top.idx is not None:

@@ -44,6 +44,7 @@ from rbench.pools import Variant, parse_variant
 
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
+RUN_SUFFIX = ".run.gz"  # the run's top-k as a gzipped TREC run (``qid Q0 docid rank score tag``)
 TABLE_METRICS = ("nDCG@10", "RR")  # what tables and plots read from every record
 
 
@@ -58,6 +59,7 @@ class RowKey:
 
     ranker: str
     options: str = ""  # the non-default ranker options as sorted JSON ("" : the defaults)
+    rerank: str = ""  # a two-stage run's protocol (rbench.rerank): its spec as sorted JSON ("" : none)
 
     @property
     def options_hash(self) -> str:
@@ -130,11 +132,21 @@ class RunRecord:
     config_hash: str = ""
     per_query_file: str = ""
     per_query_sha256: str = ""  # of the per-query file's bytes (its name holds the first 12 digits)
+    run_file: str = ""  # the top-k as a TREC run (``<stem>.<hash12>.run.gz``; "" : none, --topk 0)
+    run_sha256: str = ""
+    # a two-stage run (rbench.rerank): first_stage, depth, pairs_scored, first_stage_recall@depth,
+    # label (``bm25@100``); empty for an ordinary run (and then left out of the JSON)
+    rerank: dict[str, Any] = field(default_factory=dict)
 
     @property
     def label(self) -> str:
         """Row name in tables: the ranker plus its non-default options (short ones spelled out,
-        long ones as the config hash)."""
+        long ones as the config hash); a two-stage run adds its protocol: ``cross-encoder (bm25@100)``."""
+        tag = self.rerank.get("label") if isinstance(self.rerank, dict) else None
+        return f"{self._plain_label} ({tag})" if tag else self._plain_label
+
+    @property
+    def _plain_label(self) -> str:
         if self.ranker.get("label"):  # the ranker named its own configuration when it ran
             return str(self.ranker["label"])
         name = self.ranker["name"]
@@ -147,7 +159,7 @@ class RunRecord:
     @property
     def row_key(self) -> RowKey:
         diff = self.run_options.get("non_default") or {}
-        return RowKey(str(self.ranker["name"]), _canonical(diff.get("ranker")))
+        return RowKey(str(self.ranker["name"]), _canonical(diff.get("ranker")), _canonical(diff.get("rerank")))
 
     @property
     def column_key(self) -> ColumnKey:
@@ -166,7 +178,10 @@ class RunRecord:
         return self.task if self.variant in ("", "original") else f"{self.task}~{self.variant}"
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), indent=2, sort_keys=True, default=_json_default) + "\n"
+        data = asdict(self)
+        if not data["rerank"]:  # an ordinary run: its record reads as before
+            del data["rerank"]
+        return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
 
 
 def _short(v: Any) -> str:
@@ -251,34 +266,69 @@ def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_
     return buf.getvalue()
 
 
-def _per_query_files(path: Path) -> list[Path]:
+def run_tag(record: RunRecord) -> str:
+    """The run file's tag column: the record's row label, or (when that holds whitespace, which
+    TREC runs cannot) the ranker's name plus the config hash."""
+    label = record.label
+    if label and not any(c.isspace() for c in label):
+        return label
+    name = "".join(str(record.ranker["name"]).split()) or "ranker"
+    return f"{name}-{record.config_hash}" if record.config_hash else name
+
+
+def run_file_bytes(query_ids: Any, pool_ids: Any, topk_index: np.ndarray, topk_score: np.ndarray, tag: str) -> bytes:
+    """A top-k as a TREC run, ``qid Q0 docid rank score tag`` per line, gzipped deterministically
+    (mtime 0). ``topk_index`` holds pool indices per query, best first, -1 where a query has fewer
+    (excluded candidates are never there); scores are written exactly (shortest round-trip repr)."""
+    qids = np.asarray(query_ids).astype(str)
+    docs = np.asarray(pool_ids).astype(str)
+    idx = np.asarray(topk_index)
+    lines = []
+    for q, row_i, row_s in zip(qids, idx, np.asarray(topk_score, dtype=np.float64)):
+        keep = row_i >= 0
+        for rank, (d, v) in enumerate(zip(docs[row_i[keep]], row_s[keep].tolist()), start=1):
+            lines.append(f"{q} Q0 {d} {rank} {v!r} {tag}\n")
+    buf = io.BytesIO()
+    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
+        gz.write("".join(lines).encode())
+    return buf.getvalue()
+
+
+def _per_query_files(path: Path, suffix: str = PER_QUERY_SUFFIX) -> list[Path]:
     """The per-query files of record ``path`` present beside it: ``<stem>.<hash12>.perquery.csv.gz``
-    and the older, unhashed ``<stem>.perquery.csv.gz``."""
+    and the older, unhashed ``<stem>.perquery.csv.gz`` (``suffix=RUN_SUFFIX``: its run files)."""
     stem = path.name[: -len(RECORD_SUFFIX)]
-    pattern = re.compile(re.escape(stem) + r"(\.[0-9a-f]{12})?" + re.escape(PER_QUERY_SUFFIX))
+    pattern = re.compile(re.escape(stem) + r"(\.[0-9a-f]{12})?" + re.escape(suffix))
     try:
         return [p for p in path.parent.iterdir() if pattern.fullmatch(p.name)]
     except OSError:
         return []
 
 
-def write_run(record: RunRecord, path: Path, per_query: bytes | None) -> Path:
-    """Write a run's per-query file, then its record, so that the pair always matches: the
-    per-query file is named by its content hash, which the record holds; the record is published
-    last by one rename; only then are the per-query files of the record it replaced removed. An
-    interrupt at any point leaves the previous pair, or the new one (plus at worst an unreferenced
-    per-query file, removed by the next write of this record)."""
+def write_run(record: RunRecord, path: Path, per_query: bytes | None, run: bytes | None = None) -> Path:
+    """Write a run's per-query file and run file (``run``: ``run_file_bytes``), then its record,
+    so that the three always match: each file is named by its content hash, which the record
+    holds; the record is published last by one rename; only then are the files of the record it
+    replaced removed. An interrupt at any point leaves the previous set, or the new one (plus at
+    worst unreferenced files, removed by the next write of this record)."""
     path = Path(path)
-    earlier = _per_query_files(path)
+    earlier = _per_query_files(path) + _per_query_files(path, RUN_SUFFIX)
+    stem = path.name[: -len(RECORD_SUFFIX)]
     record.per_query_file, record.per_query_sha256 = "", ""
+    record.run_file, record.run_sha256 = "", ""
     if per_query is not None:
         digest = hashlib.sha256(per_query).hexdigest()
-        pq = path.with_name(f"{path.name[: -len(RECORD_SUFFIX)]}.{digest[:12]}{PER_QUERY_SUFFIX}")
+        pq = path.with_name(f"{stem}.{digest[:12]}{PER_QUERY_SUFFIX}")
         atomic_write_bytes(pq, per_query)
         record.per_query_file, record.per_query_sha256 = pq.name, digest
+    if run is not None:
+        digest = hashlib.sha256(run).hexdigest()
+        rf = path.with_name(f"{stem}.{digest[:12]}{RUN_SUFFIX}")
+        atomic_write_bytes(rf, run)
+        record.run_file, record.run_sha256 = rf.name, digest
     atomic_write_bytes(path, record.to_json().encode())
     for old in earlier:
-        if old.name != record.per_query_file:
+        if old.name not in (record.per_query_file, record.run_file):
             with contextlib.suppress(OSError):
                 old.unlink()
     return path
@@ -290,9 +340,10 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "metrics": ((dict,), "an object"), "seed": ((int,), "an integer"), "n_queries": ((int,), "an integer"),
     "created": ((str,), "a string"), "config_hash": ((str,), "a string"),
     "per_query_file": ((str,), "a string"), "per_query_sha256": ((str,), "a string"),
+    "run_file": ((str,), "a string"), "run_sha256": ((str,), "a string"),
     "timings": ((dict,), "an object"), "task_options": ((dict,), "an object"),
     "run_options": ((dict,), "an object"), "task_info": ((dict,), "an object"),
-    "ranker_info": ((dict,), "an object"), "machine": ((dict,), "an object"),
+    "ranker_info": ((dict,), "an object"), "machine": ((dict,), "an object"), "rerank": ((dict,), "an object"),
 }
 
 

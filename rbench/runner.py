@@ -53,6 +53,8 @@ from rbench.results import (
     peak_rss_bytes,
     per_query_bytes,
     record_path,
+    run_file_bytes,
+    run_tag,
     write_run,
 )
 from rbench.tasks.family import Task
@@ -74,14 +76,14 @@ class RunSettings:
     write: bool = True
     ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
     ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
-    topk: int = 0  # keep each query's top-k candidates (RunOutcome.result); 0: none, nothing records them yet
+    topk: int = 100  # each query's top-k, written as a TREC run beside the record (--topk; 0: none)
 
     def __post_init__(self) -> None:
         """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
         or less would never advance, a sample of 0 queries would silently be a full run."""
         for flag, value, least in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
                                    ("--chunk-size", self.chunk_size, 1), ("--max-queries", self.max_queries, 1),
-                                   ("--ray-shards", self.ray_shards, 1), ("topk", self.topk, 0)):
+                                   ("--ray-shards", self.ray_shards, 1), ("--topk", self.topk, 0)):
             if value is None and flag in ("--max-queries", "--ray-shards"):
                 continue
             if isinstance(value, bool) or not isinstance(value, numbers.Integral):
@@ -99,6 +101,9 @@ class RunOptions(RunSettings):
     task: str
     variant: str = "original"
     sets: dict[str, str] = dataclasses.field(default_factory=dict)
+    rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.rerank)
+    rerank_depth: str | int | None = None  # --rerank-depth: N >= 1 or 'all' (default: the ranker's, else 100)
+    force: bool = False  # --force: run an exhaustive rerank above the pair budget
 
 
 @dataclass(frozen=True)
@@ -137,6 +142,7 @@ class RunPlan(RunSettings):
     ranker_config: Any  # the ranker's typed options: its Config with --set applied
     variant: Variant
     world: World = World()
+    rerank: Any = None  # rbench.rerank.RerankPlan: the two-stage protocol (None: an ordinary run)
 
     @property
     def spec(self) -> TaskSpec:
@@ -148,7 +154,7 @@ class RunOutcome:
     record: RunRecord
     path: Path | None
     per_query: dict[str, np.ndarray]
-    result: EvalResult | None = None  # the engine's result (its top-k is empty unless RunOptions.topk)
+    result: EvalResult | None = None  # the engine's result (its top-k is empty with topk=0)
 
 
 Progress = Callable[[str, int | None], Callable[[int], None]]
@@ -225,6 +231,10 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     if opts.ann is not None and opts.ann not in ANN_BACKENDS:
         raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
     task_sets, ranker_sets = split_sets(opts.sets)
+    from rbench.rerank import FIRST_PREFIX, make_rerank_plan
+
+    first_sets = {k[len(FIRST_PREFIX):]: v for k, v in ranker_sets.items() if k.startswith(FIRST_PREFIX)}
+    ranker_sets = {k: v for k, v in ranker_sets.items() if not k.startswith(FIRST_PREFIX)}
     cls = load_ranker_class(opts.ranker)
     domains = getattr(cls, "domains", None)
     if domains and spec.domain not in domains:
@@ -233,10 +243,13 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     world = world or World.from_env()
     if world.launched:
         ranker_sets = _launch_device(cls, ranker_sets, world)
+    rerank = make_rerank_plan(opts.rerank_from, opts.rerank_depth, first_sets, cls, spec.domain, force=opts.force)
+    if rerank is not None and opts.ann is not None:
+        raise RBenchError("--ann measures an embedding ranker's exact scan; it does not apply with --rerank-from")
     settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
     return RunPlan(task=task, task_options=task.options(task_sets), ranker=opts.ranker, ranker_cls=cls,
                    ranker_config=ranker_config(cls, ranker_sets, opts.ranker), variant=parse_variant(opts.variant),
-                   world=world, **{**settings, "results_dir": Path(opts.results_dir)})
+                   world=world, rerank=rerank, **{**settings, "results_dir": Path(opts.results_dir)})
 
 
 def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
@@ -313,9 +326,16 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         if not world.main:
             return None
 
-    result, ann_info = score(plan, ranker, data, progress)
+    rerank_info, dropped = None, {}
+    if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.rerank)
+        from rbench import rerank
+
+        result, rerank_info, dropped = rerank.score(plan, ranker, data, context, progress)
+        ann_info = None
+    else:
+        result, ann_info = score(plan, ranker, data, progress)
     values = per_query(result.ranks, data.test.grades, MEASURES)
-    metrics = aggregate(values)
+    metrics = {**aggregate(values), **aggregate(dropped)}
 
     # the run's identity: its options that differ from the defaults, read from the protocol's
     # ``config`` (any plugin has one), compared with what a default-built ranker reports
@@ -324,6 +344,10 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     diff = {"ranker": _non_default(_plain(ranker_cfg), _plain(default_config(plan.ranker_cls, context))),
             "task": _non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
             "max_queries": max_queries, "seed": plan.seed}
+    if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
+        from rbench.rerank import identity
+
+        diff["rerank"] = identity(plan.rerank, context, rerank_info.get("first_stage", {}).get("sha256", ""))
     diff = {k: v for k, v in diff.items() if v not in ({}, None, 0)}
     chash = config_hash(diff) if diff else ""
     first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
@@ -354,11 +378,14 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
         machine=machine_info(),
         config_hash=chash,
+        rerank=rerank_info or {},
     )
     path = None
     if plan.write:
         path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
-        write_run(record, path, per_query_bytes(data.test.ids, values, first_rank))
+        run_file = run_file_bytes(data.test.ids, data.pool.ids, result.topk_index, result.topk_score,
+                                  run_tag(record)) if plan.topk > 0 else None
+        write_run(record, path, per_query_bytes(data.test.ids, values, first_rank), run_file)
     return RunOutcome(record=record, path=path, per_query=values, result=result)
 
 

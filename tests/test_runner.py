@@ -171,7 +171,8 @@ def test_one_scoring_road_encodes_once(monkeypatch, tmp_path):
     assert CountingEmbeddings.calls == {"pool": 1, "queries": 5, "query_rows": 300}
     assert with_ann.record.metrics == plain.record.metrics
     assert with_ann.record.ranker_info["ann"]["recall@100_vs_exact"] == pytest.approx(1.0)
-    assert plain.result.topk_index.shape == (300, 0)  # nothing asked for the top-k: none kept
+    assert plain.result.topk_index.shape == (300, 100)  # the default top-100 (the run file's)
+    assert run(RunOptions(**opts, topk=0)).result.topk_index.shape == (300, 0)  # none asked for: none kept
     top = run(RunOptions(**opts, topk=10))
     assert top.result.topk_index.shape == (300, 10) and top.record.metrics == plain.record.metrics
 

@@ -1,0 +1,181 @@
+"""RankLLaMA (Ma et al. 2023, "Fine-Tuning LLaMA for Multi-Stage Text Retrieval"): a Llama
+decoder with a one-output sequence-classification head, fine-tuned with LoRA; the score of a
+pair is the head's output at the last token.
+
+Setup, as its authors release it (``castorini/rankllama-v1-7b-lora-passage``):
+
+- Backbone ``transformers.AutoModelForSequenceClassification`` (``num_labels=1``) of ``base``
+  (default ``meta-llama/Llama-2-7b-hf``) plus the peft LoRA ``adapter`` (default
+  ``castorini/rankllama-v1-7b-lora-passage``), merged into the weights once loaded.
+  ``adapter=""`` scores with the base model alone. Either option takes a local folder; ``base``
+  also takes a ``.gguf`` file or the offline alias ``smollm2-135m`` (the SmolLM2-135M GGUF laid
+  out by ``../shared/tools/get-offline-models.sh``; its classification head is then random).
+- Input: the pair (``query: {q}</s>``, ``document: {d}</s>``) through the tokenizer (which adds
+  its BOS), ``</s>`` being the tokenizer's EOS token; truncated to ``max_length`` tokens
+  (``only_second`` first: the document is cut before the query).
+- Score: the head applied to the final hidden state of the last real token (right padding, the
+  index taken from the attention mask, so the padding token's id never matters), fp32 on CPU,
+  bf16 on CUDA (``dtype``).
+- ``pairwise = True`` (scored pair by pair: used through ``--rerank-from``) and
+  ``rerank_depth = default_depth = 200``, the depth its authors rerank.
+- LoRA training on the train split is not implemented (the released adapter is used as is).
+- Every model that cannot be found offline answers with ``rankers.dense``'s one-line error
+  telling how to pass a local folder.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import numpy as np
+
+from rankers.cross_encoder import PairRanker, torch_device
+from rbench.api import Pool
+from rbench.errors import RBenchError
+
+
+@dataclass
+class RankLlamaOptions:
+    """Options of the ``rankllama`` ranker."""
+
+    base: str = "meta-llama/Llama-2-7b-hf"  # hub name, local folder, .gguf file, or smollm2-135m
+    adapter: str = "castorini/rankllama-v1-7b-lora-passage"  # peft LoRA adapter ("" = none)
+    revision: str = ""  # of the base model
+    query_template: str = "query: {query}"
+    document_template: str = "document: {document}"
+    max_length: int = 512  # tokens per pair
+    batch_size: int = 8
+    device: str = "auto"
+    dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+
+    def validate(self) -> None:
+        if self.max_length < 8:
+            raise RBenchError("max_length must be >= 8")
+        if self.batch_size < 1:
+            raise RBenchError("batch_size must be >= 1")
+        if "{query}" not in self.query_template or "{document}" not in self.document_template:
+            raise RBenchError("query_template needs {query} and document_template needs {document}")
+
+
+def _locate(name: str, revision: str = "") -> tuple[Path, str | None, str]:
+    """(folder, gguf file or None, source) of a base model or adapter, offline first."""
+    from rankers.dense import resolve_model
+
+    low = name.lower()
+    if low.endswith(".gguf") or low.startswith("smollm2-135m"):
+        from rankers.lranker.model import resolve_model as resolve_gguf
+
+        where, gguf = resolve_gguf(name)
+        if not Path(where).exists():
+            raise RBenchError(f"model {name!r} not found; pass a local folder: --set base=/path/to/model")
+        return Path(where), gguf, "local"
+    r = resolve_model(name, revision)
+    return r.path, None, r.source
+
+
+class RankLlamaRanker(PairRanker):
+    """RankLLaMA pointwise reranker: Llama + LoRA, score of the last token's classification head.
+
+    ``pairwise = True``: it scores pairs one by one, so the harness uses it through
+    ``--rerank-from S`` (default depth ``rerank_depth = 200``) and refuses exhaustive runs above
+    its pair budget unless forced."""
+
+    name = "rankllama"
+    version = "1"
+    description = "RankLLaMA reranker (Llama-2-7B + castorini LoRA adapter; last-token score)"
+    Config = RankLlamaOptions
+    domains = ("recommendation", "routing", "passage", "product", "generic")
+    pairwise = True
+    default_depth = 200
+    rerank_depth = 200
+    presets = {"rankllama-v1-7b": {"base": "meta-llama/Llama-2-7b-hf",
+                                   "adapter": "castorini/rankllama-v1-7b-lora-passage",
+                                   "query": "query: {query}</s>", "document": "document: {document}</s>"}}
+
+    def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
+        super().__init__(config, context)
+        self._model: Any = None
+        self._tok: Any = None
+        self._pool: Pool | None = None
+        self.info: dict[str, Any] = {}
+
+    def load(self) -> tuple[Any, Any]:
+        if self._model is not None:
+            return self._model, self._tok
+        import torch
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+        from transformers.utils import logging as hf_logging
+
+        from rankers.dense import _quiet_loading
+
+        cfg = self.cfg
+        t0 = time.perf_counter()
+        base, gguf, source = _locate(cfg.base, cfg.revision)
+        adapter = _locate(cfg.adapter)[0] if cfg.adapter else None
+        dev = torch_device(cfg.device)
+        dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
+            cfg.dtype, torch.bfloat16 if dev.startswith("cuda") else torch.float32)
+        _quiet_loading()
+        verbosity = hf_logging.get_verbosity()
+        hf_logging.set_verbosity_error()
+        extra = {"gguf_file": gguf} if gguf else {}
+        try:
+            torch.manual_seed(int(getattr(self.context, "seed", 0)))  # a head missing from the weights
+            tok = AutoTokenizer.from_pretrained(str(base), local_files_only=True, **extra)
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(base), num_labels=1, local_files_only=True, dtype=dtype, **extra)
+            if adapter is not None:
+                from peft import PeftModel
+
+                model = PeftModel.from_pretrained(model, str(adapter), local_files_only=True).merge_and_unload()
+        except (OSError, ValueError) as exc:
+            raise RBenchError(f"cannot load rankllama base {cfg.base!r} / adapter {cfg.adapter!r} from {base}: "
+                              f"{' '.join(str(exc).split())[:300]}") from exc
+        finally:
+            hf_logging.set_verbosity(verbosity)
+        if tok.eos_token is None:
+            raise RBenchError(f"rankllama: the tokenizer of {cfg.base!r} has no EOS token")
+        if tok.pad_token is None:
+            tok.pad_token = tok.unk_token or tok.eos_token  # padding positions are masked anyway
+        tok.padding_side = "right"
+        self._model, self._tok = model.to(dev).eval(), tok
+        self.info.update({"base": cfg.base, "base_path": str(base), "gguf_file": gguf, "base_source": source,
+                          "adapter": cfg.adapter, "adapter_path": str(adapter) if adapter else "",
+                          "device": dev, "dtype": str(dtype).removeprefix("torch."),
+                          "load_s": round(time.perf_counter() - t0, 3)})
+        return self._model, self._tok
+
+    def inputs(self, qs: list[str], docs: list[str]) -> Any:
+        """Tokenized pairs: (``query: q</s>``, ``document: d</s>``), right-padded."""
+        tok = self._tok
+        eos = tok.eos_token
+        a = [self.cfg.query_template.format(query=q) + eos for q in qs]
+        b = [self.cfg.document_template.format(document=d) + eos for d in docs]
+        try:
+            return tok(a, b, padding=True, truncation="only_second", max_length=self.cfg.max_length,
+                       return_tensors="pt")
+        except Exception:  # a query alone longer than max_length: cut both
+            return tok(a, b, padding=True, truncation="longest_first", max_length=self.cfg.max_length,
+                       return_tensors="pt")
+
+    def score_pairs(self, qs: list[str], docs: list[str]) -> np.ndarray:
+        import torch
+
+        model, _ = self.load()
+        head = model.score  # Llama/Mistral/Qwen sequence-classification head
+        out = np.zeros(len(qs), dtype=np.float32)
+        order = np.argsort([-(len(q) + len(d)) for q, d in zip(qs, docs)], kind="stable")
+        bs = self.cfg.batch_size
+        with torch.inference_mode():
+            for s in range(0, len(order), bs):
+                idx = order[s : s + bs]
+                enc = self.inputs([qs[i] for i in idx], [docs[i] for i in idx]).to(model.device)
+                hidden = model.base_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
+                                          ).last_hidden_state
+                last = enc["attention_mask"].sum(dim=1) - 1
+                h = hidden[torch.arange(len(idx), device=hidden.device), last]
+                out[idx] = head(h)[:, 0].float().cpu().numpy()
+        return out
