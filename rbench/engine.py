@@ -24,6 +24,7 @@ from typing import Any
 
 import numpy as np
 
+from rbench import fused
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged
 from rbench.errors import DataError, RankerOutputError
 
@@ -443,6 +444,7 @@ def evaluate(
     top_val = np.full((n, topk), -np.inf, dtype=np.float64)
     n_ranked = np.zeros(n, dtype=np.int64)
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
+    fused_scan = fused.enabled()
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
@@ -465,6 +467,7 @@ def evaluate(
         step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
+        heap: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the fused scan's top-k
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
@@ -488,6 +491,20 @@ def evaluate(
                     for r in np.unique(er):
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
+            if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
+                if heap is None:  # fp64 scores hold fp32 ones exactly
+                    heap = (np.full((B, topk), -np.inf), np.full((B, topk), -1, dtype=np.int64),
+                            np.zeros(B, dtype=np.int64))
+                h, e, fin = fused.scan(s, a, spc, excluded_here, *heap)
+                # the kernel counted the positives like any candidate: take their own part back
+                rr, cc = np.nonzero(pos_ok & (pos >= a) & (pos < a + C))
+                v = s[rr, pos[rr, cc] - a][:, None]
+                np.subtract.at(h, rr, (v > spc[rr]).astype(np.int64))
+                np.subtract.at(e, rr, (v == spc[rr]).astype(np.int64))
+                higher += h
+                equal += e
+                n_ranked[rows] += fin if excluded_here else C
+                continue
             # positives are compared among themselves below; they are masked out of the chunk
             if cand.ndim == 1:
                 inside = pos_ok & (pos >= a) & (pos < a + C)
@@ -507,6 +524,8 @@ def evaluate(
                 _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 break
+        if heap is not None and topk:  # the fused scan's heaps (slots beyond a row's size: -1/-inf)
+            top.idx, top.val = heap[1], heap[0]
         if top.idx is not None:
             w = top.idx.shape[1]
             top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))
