@@ -38,7 +38,7 @@ Choices written down:
   (positives and excluded items removed; ``hard_negatives=random`` draws them uniformly), from
   the query's own candidate list in the small scenario. Loss: binary cross-entropy on the logit
   (two-label heads: cross-entropy). AdamW, ``lr``, linear warm-up over the first 10% of
-  ``train_steps`` steps of ``train_batch_size`` pairs. No model selection (the last step is
+  ``train_steps`` steps of ``train_batch_size // (1 + negatives)`` queries with their pairs. No model selection (the last step is
   used); ``ranker_info["training_budget"]`` records the budget like every trained ranker. The
   fine-tuned model lives for the run only (not cached).
 - Every model that cannot be found offline answers with ``rankers.dense``'s one-line error
@@ -220,6 +220,80 @@ class PairRanker(BaseRanker):
     def score_pairs(self, qs: list[str], docs: list[str]) -> np.ndarray:
         raise NotImplementedError
 
+    def train_groups(self, task: TaskData, model: Any, logits: Any, params: list[Any], steps: int,
+                     groups_per_step: int, negatives: int, lr: float, hard_negatives: str, hard_depth: int,
+                     loss: str) -> None:
+        """Fine-tune ``model`` on the train split: each step takes ``groups_per_step`` train
+        queries, each with one positive and ``negatives`` first-stage hard negatives
+        (``sample_training_pairs``), and minimises ``loss``: ``listwise`` = softmax cross-entropy
+        of the positive within its group (RankLLaMA's contrastive recipe), ``pointwise`` = binary
+        cross-entropy per pair (two-label heads: cross-entropy). ``logits(qs, docs)`` returns the
+        model's (pairs, labels) logits. AdamW, linear warm-up over the first 10% of the steps,
+        then linear decay; gradients clipped at 1. The last step is used (no selection); the
+        budget and curve go to ``info`` like every trained ranker's."""
+        import torch
+
+        seed = int(getattr(self.context, "seed", 0))
+        triples, neg_info = sample_training_pairs(task, steps * groups_per_step, negatives, hard_negatives,
+                                                  hard_depth, seed)
+        groups: list[list[tuple[int, int, float]]] = []
+        for t in triples:  # each query's positive comes first, then its negatives
+            if t[2] == 1.0:
+                groups.append([])
+            groups[-1].append(t)
+        rng = np.random.default_rng(seed + 1)
+        pool, train = task.fit_pool, task.train
+        model.train()
+        torch.manual_seed(seed)
+        opt = torch.optim.AdamW(params, lr=lr)
+        warm = max(1, steps // 10)
+        sched = torch.optim.lr_scheduler.LambdaLR(
+            opt, lambda s: min((s + 1) / warm, max(0.0, (steps - s) / max(1, steps - warm))))
+        t0 = time.perf_counter()
+        order = np.concatenate([rng.permutation(len(groups)) for _ in range(-(-steps * groups_per_step // len(groups)))])
+        seen, pairs_seen, losses, curve = 0, 0, [], []
+        every = max(1, steps // 10)
+        for step in range(steps):
+            batch = [groups[i] for i in order[step * groups_per_step:(step + 1) * groups_per_step]]
+            flat = [t for g in batch for t in g]
+            seen += len(batch)
+            pairs_seen += len(flat)
+            out = logits([str(train.texts[q]) for q, _, _ in flat],
+                         pool.text_batch(np.array([d for _, d, _ in flat], dtype=np.int64))).float()
+            labels = torch.tensor([y for _, _, y in flat], device=out.device)
+            if loss == "listwise":
+                width = max(len(g) for g in batch)
+                grid = torch.full((len(batch), width), float("-inf"), device=out.device)
+                at = 0
+                for gi, g in enumerate(batch):
+                    grid[gi, : len(g)] = out[at : at + len(g), 0]
+                    at += len(g)
+                value = torch.nn.functional.cross_entropy(grid, torch.zeros(len(batch), dtype=torch.long,
+                                                                            device=out.device))
+            elif out.shape[-1] >= 2:
+                value = torch.nn.functional.cross_entropy(out, labels.long())
+            else:
+                value = torch.nn.functional.binary_cross_entropy_with_logits(out[:, 0], labels)
+            opt.zero_grad(set_to_none=True)
+            value.backward()
+            torch.nn.utils.clip_grad_norm_(params, 1.0)
+            opt.step()
+            sched.step()
+            losses.append(float(value.detach()))
+            if (step + 1) % every == 0 or step + 1 == steps:
+                curve.append({"epoch": round(seen / len(groups), 4), "step": step + 1, "examples": pairs_seen,
+                              "train_loss": round(float(np.mean(losses[-every:])), 5),
+                              "valid_MRR": None, "seconds": round(time.perf_counter() - t0, 2)})
+        model.eval()
+        self.info["training_budget"] = {
+            "examples_seen": pairs_seen, "queries_seen": seen, "epochs": round(seen / len(groups), 3),
+            "optimizer_steps": steps,
+            "train_wall_s": round(time.perf_counter() - t0, 1), "negatives_per_example": negatives,
+            "trainable_params": int(sum(p.numel() for p in params)), "loss": loss,
+            "selection": "last step (no validation)"}
+        self.info["training_curve"] = curve
+        self.info["training_pairs"] = {**neg_info, "pairs": len(triples)}
+
     def index(self, pool: Pool) -> None:
         self._pool = pool
 
@@ -322,58 +396,13 @@ class CrossEncoderRanker(PairRanker):
     def fit(self, task: TaskData) -> None:
         if not self.cfg.fit:
             return
-        import torch
-
         ce = self.load()
         cfg = self.cfg
-        seed = int(getattr(self.context, "seed", 0))
-        n_pairs = cfg.train_steps * cfg.train_batch_size
-        triples, neg_info = sample_training_pairs(task, -(-n_pairs // (1 + cfg.negatives)), cfg.negatives,
-                                                  cfg.hard_negatives, cfg.hard_depth, seed)
-        rng = np.random.default_rng(seed + 1)
-        pool, train = task.fit_pool, task.train
         model = ce.model
-        model.train()
-        torch.manual_seed(seed)
-        opt = torch.optim.AdamW(model.parameters(), lr=cfg.lr)
-        warm = max(1, cfg.train_steps // 10)
-        sched = torch.optim.lr_scheduler.LambdaLR(  # linear warm-up, then linear decay to 0
-            opt, lambda s: min((s + 1) / warm, max(0.0, (cfg.train_steps - s) / max(1, cfg.train_steps - warm))))
-        two = self.info["num_labels"] >= 2
-        t0 = time.perf_counter()
-        order = rng.permutation(len(triples))
-        seen, losses, curve = 0, [], []
-        for step in range(cfg.train_steps):
-            if seen // len(order) != (seen + cfg.train_batch_size - 1) // len(order):
-                order = np.concatenate([order, rng.permutation(len(triples))])
-            idx = [order[(seen + j) % len(order)] for j in range(cfg.train_batch_size)]
-            seen += len(idx)
-            batch = [triples[i] for i in idx]
-            qs = [str(train.texts[q]) for q, _, _ in batch]
-            docs = pool.text_batch(np.array([d for _, d, _ in batch], dtype=np.int64))
-            labels = torch.tensor([y for _, _, y in batch], device=model.device)
-            logits = model(**self._batch(qs, docs)).logits
-            if two:
-                loss = torch.nn.functional.cross_entropy(logits.float(), labels.long())
-            else:
-                loss = torch.nn.functional.binary_cross_entropy_with_logits(logits[:, 0].float(), labels)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-            opt.step()
-            sched.step()
-            losses.append(float(loss.detach()))
-            if (step + 1) % max(1, cfg.train_steps // 10) == 0 or step + 1 == cfg.train_steps:
-                curve.append({"epoch": round(seen / len(triples), 4), "step": step + 1, "examples": seen,
-                              "train_loss": round(float(np.mean(losses[-max(1, cfg.train_steps // 10):])), 5),
-                              "valid_MRR": None, "seconds": round(time.perf_counter() - t0, 2)})
-        model.eval()
-        self.info["training_budget"] = {
-            "examples_seen": seen, "epochs": round(seen / len(triples), 3), "optimizer_steps": cfg.train_steps,
-            "train_wall_s": round(time.perf_counter() - t0, 1), "negatives_per_example": cfg.negatives,
-            "trainable_params": trainable_params(model), "selection": "last step (no validation)"}
-        self.info["training_curve"] = curve
-        self.info["training_pairs"] = {**neg_info, "pairs": len(triples)}
+        self.train_groups(task, model, lambda qs, docs: model(**self._batch(qs, docs)).logits,
+                          [p for p in model.parameters() if p.requires_grad], cfg.train_steps,
+                          max(1, cfg.train_batch_size // (1 + cfg.negatives)), cfg.negatives, cfg.lr,
+                          cfg.hard_negatives, cfg.hard_depth, "pointwise")
 
     def score_pairs(self, qs: list[str], docs: list[str]) -> np.ndarray:
         """Scores of (query, candidate) text pairs, in length-sorted batches, input order."""

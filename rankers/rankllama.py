@@ -18,7 +18,11 @@ Setup, as its authors release it (``castorini/rankllama-v1-7b-lora-passage``):
   bf16 on CUDA (``dtype``).
 - ``pairwise = True`` (scored pair by pair: used through ``--rerank-from``) and
   ``rerank_depth = default_depth = 200``, the depth its authors rerank.
-- LoRA training on the train split is not implemented (the released adapter is used as is).
+- ``fit=true`` trains a LoRA (r 32, alpha 64, dropout 0.1 on every attention and MLP projection,
+  plus the score head) on the train split with RankLLaMA's contrastive recipe: groups of one
+  positive and ``negatives`` (15) first-stage hard negatives (BM25 top ``hard_depth``), softmax
+  cross-entropy of the positive within its group, AdamW lr 1e-4 with warm-up; the adapter is
+  merged afterwards. Without it the released adapter is used as is.
 - Every model that cannot be found offline answers with ``rankers.dense``'s one-line error
   telling how to pass a local folder.
 """
@@ -50,12 +54,25 @@ class RankLlamaOptions:
     batch_size: int = 8
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
+    fit: bool = False  # LoRA-train on the train split (RankLLaMA's contrastive recipe)
+    lora_r: int = 32
+    lora_alpha: int = 64
+    lora_dropout: float = 0.1
+    train_steps: int = 200
+    train_batch_size: int = 16  # pairs per step (whole groups of 1 positive + negatives)
+    negatives: int = 15  # RankLLaMA's group of 16 (1 positive + 15 hard negatives)
+    lr: float = 1e-4
+    hard_negatives: Literal["bm25", "random"] = "bm25"
+    hard_depth: int = 200  # negatives come from the first stage's top hard_depth
 
     def validate(self) -> None:
         if self.max_length < 8:
             raise RBenchError("max_length must be >= 8")
         if self.batch_size < 1:
             raise RBenchError("batch_size must be >= 1")
+        for name in ("lora_r", "lora_alpha", "train_steps", "train_batch_size", "negatives", "hard_depth"):
+            if getattr(self, name) < 1:
+                raise RBenchError(f"{name} must be >= 1")
         if "{query}" not in self.query_template or "{document}" not in self.document_template:
             raise RBenchError("query_template needs {query} and document_template needs {document}")
 
@@ -161,11 +178,41 @@ class RankLlamaRanker(PairRanker):
             return tok(a, b, padding=True, truncation="longest_first", max_length=self.cfg.max_length,
                        return_tensors="pt")
 
+    @staticmethod
+    def pair_logits(clf: Any, enc: Any) -> Any:
+        """The head's (pairs, 1) output at each pair's last real token (right padding)."""
+        import torch
+
+        hidden = clf.base_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]).last_hidden_state
+        last = enc["attention_mask"].sum(dim=1) - 1
+        return clf.score(hidden[torch.arange(hidden.shape[0], device=hidden.device), last])
+
+    def fit(self, task: Any) -> None:
+        """``fit=true``: LoRA on every attention and MLP projection plus a trained head, the
+        listwise loss over groups of one positive and ``negatives`` first-stage hard negatives
+        (``PairRanker.train_groups``); the adapter is merged into the weights afterwards."""
+        if not self.cfg.fit:
+            return
+        from peft import LoraConfig, get_peft_model
+
+        cfg = self.cfg
+        model, _ = self.load()
+        lora = LoraConfig(r=cfg.lora_r, lora_alpha=cfg.lora_alpha, lora_dropout=cfg.lora_dropout,
+                          target_modules=["q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"],
+                          modules_to_save=["score"], task_type="SEQ_CLS")
+        peft_model = get_peft_model(model, lora)
+        clf = peft_model.base_model.model
+        dev = next(clf.parameters()).device
+        self.train_groups(task, peft_model, lambda qs, docs: self.pair_logits(clf, self.inputs(qs, docs).to(dev)),
+                          [p for p in peft_model.parameters() if p.requires_grad], cfg.train_steps,
+                          max(1, cfg.train_batch_size // (1 + cfg.negatives)), cfg.negatives, cfg.lr,
+                          cfg.hard_negatives, cfg.hard_depth, "listwise")
+        self._model = peft_model.merge_and_unload().eval()
+
     def score_pairs(self, qs: list[str], docs: list[str]) -> np.ndarray:
         import torch
 
         model, _ = self.load()
-        head = model.score  # Llama/Mistral/Qwen sequence-classification head
         out = np.zeros(len(qs), dtype=np.float32)
         order = np.argsort([-(len(q) + len(d)) for q, d in zip(qs, docs)], kind="stable")
         bs = self.cfg.batch_size
@@ -173,9 +220,5 @@ class RankLlamaRanker(PairRanker):
             for s in range(0, len(order), bs):
                 idx = order[s : s + bs]
                 enc = self.inputs([qs[i] for i in idx], [docs[i] for i in idx]).to(model.device)
-                hidden = model.base_model(input_ids=enc["input_ids"], attention_mask=enc["attention_mask"]
-                                          ).last_hidden_state
-                last = enc["attention_mask"].sum(dim=1) - 1
-                h = hidden[torch.arange(len(idx), device=hidden.device), last]
-                out[idx] = head(h)[:, 0].float().cpu().numpy()
+                out[idx] = self.pair_logits(model, enc)[:, 0].float().cpu().numpy()
         return out

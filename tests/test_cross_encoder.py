@@ -84,7 +84,9 @@ def test_fit_with_hard_negatives_records_budget(bert_dir, one_torch_thread):
     r.fit(task)
     after = r.score(task.test, np.arange(10))
     b = r.info["training_budget"]
-    assert b["optimizer_steps"] == 6 and b["examples_seen"] == 24 and b["negatives_per_example"] == 2
+    # 4 pairs a step = one query with its positive and 2 negatives (whole groups): 6 x 3 pairs
+    assert b["optimizer_steps"] == 6 and b["examples_seen"] == 18 and b["queries_seen"] == 6
+    assert b["negatives_per_example"] == 2
     assert b["trainable_params"] > 0 and b["selection"]
     assert r.info["training_pairs"]["hard_negatives"] == "bm25"
     assert len(r.info["training_curve"]) >= 1 and np.isfinite(r.info["training_curve"][-1]["train_loss"])

@@ -121,3 +121,20 @@ def test_smollm2_gguf_smoke(one_torch_thread):
     s = r.score(task.test, np.arange(3))
     assert s.shape == (2, 3) and np.isfinite(s).all()
     assert r.info["gguf_file"] == SMOLLM.name
+
+
+def test_lora_fit_trains_adapter_and_merges(llama_dir, one_torch_thread):
+    """fit=true: a LoRA over the projections + head, listwise loss over (1 positive + negatives)
+    groups; the merged model scores differently and the budget is recorded."""
+    task = toy_task(n_pool=30, n_train=24, n_test=4)
+    r = _ranker(llama_dir, fit="true", train_steps="4", train_batch_size="6", negatives="2", lora_r="4",
+                lora_alpha="8", lr="5e-3", max_length="64")
+    r.index(task.pool)
+    before = r.score(task.test, np.arange(10))
+    r.fit(task)
+    after = r.score(task.test, np.arange(10))
+    b = r.info["training_budget"]
+    assert b["optimizer_steps"] == 4 and b["queries_seen"] == 8 and b["examples_seen"] == 24
+    assert b["loss"] == "listwise" and b["trainable_params"] > 0
+    assert not hasattr(r._model, "peft_config")  # merged back into a plain model
+    assert np.isfinite(after).all() and not np.allclose(before, after)
