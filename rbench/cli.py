@@ -10,7 +10,7 @@ import json
 import sys
 import warnings
 from pathlib import Path
-from typing import Optional
+from typing import Any, Optional
 
 import typer
 from rich.console import Console
@@ -130,8 +130,9 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
 
 @app.command("run")
 def run_cmd(
-    ranker: str = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`)."),
-    task: str = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`)."),
+    rankers: list[str] = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`), or "
+                                      "path/file.py:Class / module:Class; repeat for several."),
+    tasks: list[str] = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`); repeat for several."),
     variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N"),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value option; task options as task.key=value."),
     seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training."),
@@ -140,6 +141,9 @@ def run_cmd(
     batch_size: int = typer.Option(256, "--batch-size", help="Queries per scoring batch."),
     chunk_size: int = typer.Option(65536, "--chunk-size", help="Candidates per scoring chunk."),
     no_write: bool = typer.Option(False, "--no-write", help="Do not write a RunRecord."),
+    overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing: skip a run whose RunRecord "
+                                  "exists with the same effective config, data and rbench version; always: run "
+                                  "and replace it; never: skip whenever it exists."),
     ann: Optional[str] = typer.Option(None, "--ann", help="Also measure a faiss index (flat|ivf|hnsw|pq) "
                                       "against the exact scan; headline metrics stay exact."),
     ray_shards: Optional[int] = typer.Option(None, "--ray-shards", help="Score the pool in N Ray tasks "
@@ -153,31 +157,59 @@ def run_cmd(
                                "pair budget."),
     topk: int = typer.Option(100, "--topk", help="Write each query's top N as a gzipped TREC run beside the "
                              "RunRecord (<stem>.<hash>.run.gz; 0: none)."),
-    as_json: bool = typer.Option(False, "--json", help="Print the RunRecord as JSON."),
+    as_json: bool = typer.Option(False, "--json", help="Print the RunRecord(s) as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Run one ranker on one task and write its RunRecord.
+    """Run rankers on tasks (every ranker on every task) and write their RunRecords.
 
     On several GPUs, launch this same command: ``torchrun --nproc_per_node 4 -m rbench.cli run ...``
     or ``accelerate launch --multi_gpu --num_processes 4 -m rbench.cli run ...``. Every process
     fits (a ranker's data-parallel training, e.g. LRanker's; ``batch_size`` is per process), then
     process 0 scores and writes the RunRecord."""
     from rbench.config import parse_assignments
-    from rbench.runner import RunOptions, execute, make_plan
+    from rbench.public import plan_run
+    from rbench.runner import World, execute
 
-    opts = RunOptions(ranker=ranker, task=task, variant=variant, sets=parse_assignments(sets), seed=seed,
-                      max_queries=max_queries, results_dir=results_dir, batch_size=batch_size,
-                      chunk_size=chunk_size, write=not no_write, ann=ann, ray_shards=ray_shards, topk=topk,
-                      rerank_from=rerank_from, rerank_depth=rerank_depth, force=force)
-    plan = make_plan(opts)  # under torchrun / accelerate launch: one process of a launched run
-    progress, factory = _progress_factory(enabled=not quiet and not as_json and plan.world.main)
-    with progress:
-        outcome = execute(plan, progress=factory)
-    if outcome is None:  # a launched run's other processes only fit; process 0 reports
-        return
+    # every plan is made (names, options, files checked) before the first run starts; the same
+    # functions as rbench.evaluate (one road)
+    options = parse_assignments(sets)
+    plans = [plan_run(r, t, variant=variant, options=options, seed=seed, max_queries=max_queries,
+                      results_dir=None if no_write else results_dir, batch_size=batch_size, chunk_size=chunk_size,
+                      ann=ann, ray_shards=ray_shards, topk=topk, rerank_from=rerank_from, rerank_depth=rerank_depth,
+                      force=force, overwrite=overwrite)
+             for r in rankers for t in tasks]
+    main_process = World.from_env().main
+    done = []
+    for plan in plans:
+        progress, factory = _progress_factory(enabled=not quiet and not as_json and main_process)
+        with progress:
+            outcome = execute(plan, progress=factory)
+        if outcome is None:  # a launched run's other processes only fit; process 0 reports
+            continue
+        done.append(outcome)
+        if as_json:
+            print(outcome.record.to_json(), end="")
+        else:
+            _report(outcome)
+    if len(done) > 1 and not as_json:
+        summary = Table(title=f"{len(done)} runs")
+        for col in ("ranker", "task", "nDCG@10", "MRR", "n queries", "status"):
+            summary.add_column(col, justify="left" if col in ("ranker", "task", "status") else "right")
+        for o in done:
+            r = o.record
+            summary.add_row(escape(r.label), escape(r.column), f"{100 * r.metrics['nDCG@10']:.2f}",
+                            f"{100 * r.metrics['RR']:.2f}", f"{r.n_queries:,}",
+                            "kept" if o.skipped else ("written" if o.path is not None else "not written"))
+        out.print(summary)
+
+
+def _report(outcome: Any) -> None:
+    """One run's metrics, timings and where its record went (or why an existing one was kept)."""
     rec = outcome.record
-    if as_json:
-        print(rec.to_json(), end="")
+    if outcome.skipped:
+        out.print(f"skipped {escape(rec.label)} on {escape(rec.column)}: {outcome.path} kept, {outcome.skipped} "
+                  f"(nDCG@10 {100 * rec.metrics['nDCG@10']:.2f}, MRR {100 * rec.metrics['RR']:.2f}; "
+                  "--overwrite always to run it again)")
         return
     table = Table(title=f"{rec.label} on {rec.column} ({rec.scenario}, {rec.n_queries:,} test queries, "
                         f"pool {rec.task_info.get('pool_size', 0):,})")
@@ -232,7 +264,9 @@ def table_cmd(
         from rbench.errors import unknown
 
         raise unknown("format", fmt, render)
-    lb = leaderboard.build(results_dir, scenario, variant)
+    from rbench.public import table
+
+    lb = table(scenario, results_dir, variant)
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
     target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
     text = render[fmt](lb).encode()

@@ -119,3 +119,13 @@ def config_dict(cfg: Any) -> dict[str, Any]:
 def config_hash(data: dict[str, Any], length: int = 8) -> str:
     blob = json.dumps(data, sort_keys=True, default=str).encode()
     return hashlib.sha256(blob).hexdigest()[:length]
+
+
+def plain_config(config: Any) -> dict[str, Any]:
+    """A config as JSON sees it (tuples become lists, unknown objects their text)."""
+    return json.loads(json.dumps(dict(config or {}), default=str))
+
+
+def non_default(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
+    """The options of ``config`` whose values differ from ``default``'s."""
+    return {k: v for k, v in config.items() if default.get(k) != v}

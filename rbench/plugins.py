@@ -84,6 +84,90 @@ def load_ranker_class(name: str) -> type:
     return cls
 
 
+@dataclass(frozen=True)
+class RankerRef:
+    """A ranker resolved once: the name its records are filed under, its class, where it came
+    from (``entry-point``, ``file:/abs/path.py:Class``, ``module:pkg.mod:Class``, ``object``)
+    and, for a ready-made object handed in from Python, the object itself."""
+
+    name: str
+    cls: type
+    source: str
+    instance: Any = None
+
+
+def _is_ranker_class(cls: Any) -> bool:
+    return isinstance(cls, type) and (callable(getattr(cls, "score", None))
+                                      or callable(getattr(cls, "encode_pool", None)))
+
+
+def _class_name(cls: type) -> str:
+    name = str(getattr(cls, "name", "") or cls.__name__)
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "ranker"
+
+
+def _load_from(spec: str) -> RankerRef:
+    """``path/to/file.py:Class`` or ``pkg.module:Class``: a ranker class that is not installed."""
+    import importlib
+    import importlib.util
+    import sys
+
+    where, _, attr = spec.rpartition(":")
+    path = Path(where).expanduser()
+    try:
+        if where.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise RBenchError(f"--ranker {spec}: no such file {where}")
+            mod_name = f"rbench_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            if mspec is None or mspec.loader is None:
+                raise RBenchError(f"--ranker {spec}: {where} cannot be imported as a Python file")
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+            mspec.loader.exec_module(module)
+            source = f"file:{path.resolve()}:{attr}"
+        else:
+            module = importlib.import_module(where)
+            source = f"module:{where}:{attr}"
+    except RBenchError:
+        raise
+    except ImportError as exc:
+        raise RBenchError(f"--ranker {spec}: cannot import {where} ({exc})") from exc
+    except Exception as exc:  # an error while running the file: name it, one line
+        raise RBenchError(f"--ranker {spec}: {where} failed to import: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        names = [n for n, v in vars(module).items() if _is_ranker_class(v)]
+        raise unknown(f"ranker class in {where}", attr, names)
+    if not _is_ranker_class(cls):
+        raise RBenchError(f"--ranker {spec}: {attr} is not a ranker class (it needs score() or "
+                          f"encode_pool()/encode_queries(); see README 'Writing a ranker plugin')")
+    return RankerRef(_class_name(cls), cls, source)
+
+
+def resolve_ranker(ranker: Any) -> RankerRef:
+    """A registered name, ``file.py:Class`` / ``module:Class``, a ranker class or a ranker object
+    (anything with ``score`` or ``encode_pool``/``encode_queries``) as one ``RankerRef``."""
+    if isinstance(ranker, str):
+        if ":" in ranker and ranker not in _entry_points():
+            return _load_from(ranker)
+        return RankerRef(ranker, load_ranker_class(ranker), "entry-point")
+    if isinstance(ranker, type):
+        if not _is_ranker_class(ranker):
+            raise RBenchError(f"{ranker.__name__} is not a ranker class (it needs score() or "
+                              f"encode_pool()/encode_queries())")
+        return RankerRef(_class_name(ranker), ranker, f"class:{ranker.__module__}.{ranker.__qualname__}")
+    if _is_ranker_class(type(ranker)):
+        missing = [m for m in ("fit", "index") if not callable(getattr(ranker, m, None))]
+        if not callable(getattr(ranker, "encode_pool", None)) and missing:
+            raise RBenchError(f"ranker object {type(ranker).__name__} lacks {' and '.join(m + '()' for m in missing)} (the contract: "
+                              f"fit(task), index(pool), score(queries, candidates); see README 'Python')")
+        return RankerRef(_class_name(type(ranker)), type(ranker), "object", instance=ranker)
+    raise RBenchError(f"not a ranker: {type(ranker).__name__} (give a registered name, file.py:Class, "
+                      f"a ranker class or an object with score())")
+
+
 def ranker_options(cls: type) -> list[dict[str, Any]]:
     cfg_cls = getattr(cls, "Config", NoOptions)
     out = []

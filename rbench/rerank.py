@@ -143,11 +143,11 @@ def identity(rp: RerankPlan, context: Any = None, sha256: str = "") -> dict[str,
     if rp.run_file is not None:
         out["run_sha256"] = sha256
     else:
+        from rbench.config import non_default, plain_config
         from rbench.plugins import default_config
-        from rbench.runner import _non_default, _plain
 
         cfg = rp.ranker_cls(config=rp.ranker_config, context=context).config  # type: ignore[misc]
-        diff = _non_default(_plain(cfg), _plain(default_config(rp.ranker_cls, context)))
+        diff = non_default(plain_config(cfg), plain_config(default_config(rp.ranker_cls, context)))
         if diff:
             out["first_config"] = diff
     return out
@@ -190,9 +190,9 @@ def _queries_digest(test: Queries) -> str:
 
 
 def cache_key(name: str, version: str, config: Any, data: TaskData, variant: str, depth: int, seed: int) -> str:
-    from rbench.runner import _plain
+    from rbench.config import plain_config
 
-    payload = {"v": CACHE_VERSION, "name": name, "version": str(version), "config": _plain(config),
+    payload = {"v": CACHE_VERSION, "name": name, "version": str(version), "config": plain_config(config),
                "fingerprint": data.fingerprint, "variant": variant, "depth": depth, "seed": seed,
                "queries": _queries_digest(data.test)}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -215,14 +215,13 @@ def _load(path: Path, n_pos: int) -> Stage1 | None:
     return st if len(st.ranks) == n_pos else None
 
 
-def first_stage(plan: Any, data: TaskData, context: Any, progress: Any) -> Stage1:
+def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_score: Any) -> Stage1:
     """Stage 1 of ``plan.rerank``: from the cache, by running (fitting, then scoring) its ranker,
-    or from its run file."""
+    or from its run file. ``run_score`` is the runner's scoring road (handed in: rbench.runner
+    imports this module, never the reverse)."""
     rp: RerankPlan = plan.rerank
     if rp.run_file is not None:
         return read_run_file(rp.run_file, data, rp.depth or 0, plan)
-    from rbench.runner import score as run_score
-
     ranker = rp.ranker_cls(config=rp.ranker_config, context=context)  # type: ignore[misc]
     version = str(getattr(ranker, "version", ""))
     key = cache_key(rp.ranker, version, ranker.config, data, plan.variant.label, rp.depth, plan.seed)  # type: ignore[arg-type]
@@ -437,8 +436,8 @@ def _exhaustive(plan: Any, ranker: Any, data: TaskData, progress: Any) -> tuple[
     return result, pairs
 
 
-def score(plan: Any, ranker: Any, data: TaskData, context: Any,
-          progress: Any) -> tuple[EvalResult, dict[str, Any], dict[str, np.ndarray]]:
+def score(plan: Any, ranker: Any, data: TaskData, context: Any, progress: Any,
+          run_score: Any) -> tuple[EvalResult, dict[str, Any], dict[str, np.ndarray]]:
     """Run the protocol of ``plan.rerank`` with the fitted ranker R: the final result (exact
     ranks over the whole pool; its top-k is R's order of the top-N, with R's scores), the
     record's ``rerank`` entry and the tail-dropped per-query values (``<metric>-dropped``)."""
@@ -453,7 +452,7 @@ def score(plan: Any, ranker: Any, data: TaskData, context: Any,
                 "label": rp.tag}
         return result, info, {}
     t0 = time.perf_counter()
-    st = first_stage(plan, data, context, progress)
+    st = first_stage(plan, data, context, progress, run_score)
     first_s = time.perf_counter() - t0
     t0 = time.perf_counter()
     scorer, _ = make_scorer(ranker, pool)

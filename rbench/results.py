@@ -28,7 +28,7 @@ import sys
 import tempfile
 import warnings
 import zlib
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
@@ -137,6 +137,9 @@ class RunRecord:
     # a two-stage run (rbench.rerank): first_stage, depth, pairs_scored, first_stage_recall@depth,
     # label (``bm25@100``); empty for an ordinary run (and then left out of the JSON)
     rerank: dict[str, Any] = field(default_factory=dict)
+    # per-query metrics as a pandas DataFrame (query_id, one column per measure), when the run
+    # was made or read from Python (rbench.evaluate / rbench.load_results); never written to JSON
+    per_query: Any = field(default=None, repr=False, compare=False, metadata={"json": False})
 
     @property
     def label(self) -> str:
@@ -178,7 +181,7 @@ class RunRecord:
         return self.task if self.variant in ("", "original") else f"{self.task}~{self.variant}"
 
     def to_json(self) -> str:
-        data = asdict(self)
+        data = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)}
         if not data["rerank"]:  # an ordinary run: its record reads as before
             del data["rerank"]
         return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
@@ -251,15 +254,21 @@ def ensure_writable(directory: Path) -> None:
         raise RBenchError(f"results directory {directory} is not writable ({write_failure(directory, exc)})") from exc
 
 
-def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray) -> bytes:
-    """Deterministic gzip'd CSV (mtime 0) so that re-running a run does not churn the repo."""
+def per_query_table(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray):
+    """Per-query metrics as a DataFrame: query_id, one column per measure (rounded to 1e-10, as
+    the per-query file holds them), rank (the best positive's)."""
     import pandas as pd
 
     df = pd.DataFrame({"query_id": np.asarray(query_ids).astype(str)})
     for name, v in values.items():
         df[name] = np.round(np.asarray(v, dtype=np.float64), 10)
     df["rank"] = first_rank
-    raw = df.to_csv(index=False).encode()
+    return df
+
+
+def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray) -> bytes:
+    """Deterministic gzip'd CSV (mtime 0) so that re-running a run does not churn the repo."""
+    raw = per_query_table(query_ids, values, first_rank).to_csv(index=False).encode()
     buf = io.BytesIO()
     with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
         gz.write(raw)

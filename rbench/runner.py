@@ -31,7 +31,7 @@ import numpy as np
 from rbench import paths
 from rbench.ann import BACKENDS as ANN_BACKENDS
 from rbench.api import RunContext, TaskData, TaskSpec
-from rbench.config import config_dict, config_hash
+from rbench.config import config_dict, config_hash, non_default, plain_config
 from rbench.engine import (
     EvalResult,
     encode_pool,
@@ -42,7 +42,7 @@ from rbench.engine import (
 )
 from rbench.errors import RBenchError, unknown
 from rbench.metrics import MEASURES, aggregate, per_query
-from rbench.plugins import NoOptions, default_config, load_ranker_class, ranker_config
+from rbench.plugins import NoOptions, default_config, ranker_config, resolve_ranker
 from rbench.pools import Variant, parse_variant
 from rbench.results import (
     RunRecord,
@@ -52,6 +52,8 @@ from rbench.results import (
     now_iso,
     peak_rss_bytes,
     per_query_bytes,
+    per_query_table,
+    read_record,
     record_path,
     run_file_bytes,
     run_tag,
@@ -61,6 +63,7 @@ from rbench.tasks.family import Task
 from rbench.tasks.registry import load, resolve
 
 TASK_PREFIX = "task."
+OVERWRITE = ("only-missing", "always", "never")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -77,6 +80,10 @@ class RunSettings:
     ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
     ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
     topk: int = 100  # each query's top-k, written as a TREC run beside the record (--topk; 0: none)
+    # what to do when the run's RunRecord exists: only-missing (skip it when its effective config,
+    # task fingerprint and rbench version are this run's), always (run and replace), never (skip
+    # whenever the file exists)
+    overwrite: str = "only-missing"
 
     def __post_init__(self) -> None:
         """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
@@ -91,14 +98,16 @@ class RunSettings:
             if value < least:
                 raise RBenchError(f"{flag} must be at least {least}, got {value}"
                                   + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
+        if self.overwrite not in OVERWRITE:
+            raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
 
 
 @dataclass(frozen=True, kw_only=True)
 class RunOptions(RunSettings):
     """What the command line gave (names and option strings), before anything is resolved."""
 
-    ranker: str
-    task: str
+    ranker: Any  # a registered name, file.py:Class / module:Class, a ranker class or object
+    task: Any  # a task name, or a resolved rbench.tasks.family.Task
     variant: str = "original"
     sets: dict[str, str] = dataclasses.field(default_factory=dict)
     rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.rerank)
@@ -143,6 +152,8 @@ class RunPlan(RunSettings):
     variant: Variant
     world: World = World()
     rerank: Any = None  # rbench.rerank.RerankPlan: the two-stage protocol (None: an ordinary run)
+    ranker_source: str = "entry-point"  # where the class came from (RankerRef.source)
+    ranker_obj: Any = None  # a ready-made ranker object handed in from Python (used as it is)
 
     @property
     def spec(self) -> TaskSpec:
@@ -155,6 +166,7 @@ class RunOutcome:
     path: Path | None
     per_query: dict[str, np.ndarray]
     result: EvalResult | None = None  # the engine's result (its top-k is empty with topk=0)
+    skipped: str = ""  # why an existing RunRecord was kept instead of running (--overwrite)
 
 
 Progress = Callable[[str, int | None], Callable[[int], None]]
@@ -169,15 +181,6 @@ def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     task = {k[len(TASK_PREFIX):]: v for k, v in sets.items() if k.startswith(TASK_PREFIX)}
     ranker = {k: v for k, v in sets.items() if not k.startswith(TASK_PREFIX)}
     return task, ranker
-
-
-def _plain(config: Any) -> dict[str, Any]:
-    """A config as JSON sees it (tuples become lists, unknown objects their text)."""
-    return json.loads(json.dumps(dict(config or {}), default=str))
-
-
-def _non_default(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
-    return {k: v for k, v in config.items() if default.get(k) != v}
 
 
 def _options_dict(options: Any) -> dict[str, Any]:
@@ -226,7 +229,7 @@ def apply_variant(data: TaskData, variant: Variant, seed: int) -> TaskData:
 def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     """Resolve ``opts`` once; unknown names, bad options and bad variants fail here, before any
     data is loaded. ``world``: the processes of the run (default: from the environment)."""
-    task = resolve(opts.task)
+    task = opts.task if isinstance(opts.task, Task) else resolve(opts.task)
     spec = task.spec
     if opts.ann is not None and opts.ann not in ANN_BACKENDS:
         raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
@@ -235,10 +238,14 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
 
     first_sets = {k[len(FIRST_PREFIX):]: v for k, v in ranker_sets.items() if k.startswith(FIRST_PREFIX)}
     ranker_sets = {k: v for k, v in ranker_sets.items() if not k.startswith(FIRST_PREFIX)}
-    cls = load_ranker_class(opts.ranker)
+    ref = resolve_ranker(opts.ranker)
+    cls = ref.cls
+    if ref.instance is not None and ranker_sets:
+        raise RBenchError("options (--set) configure a ranker built by rbench; a ready-made ranker object "
+                          "carries its own: pass its class or name instead")
     domains = getattr(cls, "domains", None)
     if domains and spec.domain not in domains:
-        raise RBenchError(f"ranker {opts.ranker!r} does not apply to {spec.domain} tasks such as {spec.name!r} "
+        raise RBenchError(f"ranker {ref.name!r} does not apply to {spec.domain} tasks such as {spec.name!r} "
                           f"(it applies to: {', '.join(domains)})")
     world = world or World.from_env()
     if world.launched:
@@ -247,9 +254,11 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     if rerank is not None and opts.ann is not None:
         raise RBenchError("--ann measures an embedding ranker's exact scan; it does not apply with --rerank-from")
     settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
-    return RunPlan(task=task, task_options=task.options(task_sets), ranker=opts.ranker, ranker_cls=cls,
-                   ranker_config=ranker_config(cls, ranker_sets, opts.ranker), variant=parse_variant(opts.variant),
-                   world=world, rerank=rerank, **{**settings, "results_dir": Path(opts.results_dir)})
+    config = None if ref.instance is not None else ranker_config(cls, ranker_sets, ref.name)
+    return RunPlan(task=task, task_options=task.options(task_sets), ranker=ref.name, ranker_cls=cls,
+                   ranker_config=config, variant=parse_variant(opts.variant), world=world, rerank=rerank,
+                   ranker_source=ref.source, ranker_obj=ref.instance,
+                   **{**settings, "results_dir": Path(opts.results_dir)})
 
 
 def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
@@ -304,7 +313,8 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         target = record_path(plan.results_dir, spec.scenario, _task_key(spec.name, plan.variant), plan.ranker, "")
         ensure_writable(target.parent)
     context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
-    ranker = plan.ranker_cls(config=plan.ranker_config, context=context)
+    ranker = plan.ranker_obj if plan.ranker_obj is not None else \
+        plan.ranker_cls(config=plan.ranker_config, context=context)
     owned = _join(world) if world.launched else False
 
     t0 = time.perf_counter()
@@ -315,6 +325,10 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
     step(1)
+    if plan.write and world.main and plan.overwrite != "always":
+        kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint)
+        if kept is not None:
+            return kept
 
     t0 = time.perf_counter()
     step = progress(f"fitting {plan.ranker}", 1)
@@ -330,25 +344,16 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.rerank)
         from rbench import rerank
 
-        result, rerank_info, dropped = rerank.score(plan, ranker, data, context, progress)
+        result, rerank_info, dropped = rerank.score(plan, ranker, data, context, progress, score)
         ann_info = None
     else:
         result, ann_info = score(plan, ranker, data, progress)
     values = per_query(result.ranks, data.test.grades, MEASURES)
     metrics = {**aggregate(values), **aggregate(dropped)}
 
-    # the run's identity: its options that differ from the defaults, read from the protocol's
-    # ``config`` (any plugin has one), compared with what a default-built ranker reports
     ranker_cfg = ranker.config
     task_opts = _options_dict(plan.task_options)
-    diff = {"ranker": _non_default(_plain(ranker_cfg), _plain(default_config(plan.ranker_cls, context))),
-            "task": _non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
-            "max_queries": max_queries, "seed": plan.seed}
-    if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
-        from rbench.rerank import identity
-
-        diff["rerank"] = identity(plan.rerank, context, rerank_info.get("first_stage", {}).get("sha256", ""))
-    diff = {k: v for k, v in diff.items() if v not in ({}, None, 0)}
+    diff = _identity(plan, ranker, context, max_queries)
     chash = config_hash(diff) if diff else ""
     first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
     record = RunRecord(
@@ -357,6 +362,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         scenario=spec.scenario,
         task_fingerprint=data.fingerprint,
         ranker={"name": plan.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
+                **({"source": plan.ranker_source} if plan.ranker_source != "entry-point" else {}),
                 **({"label": ranker.label} if isinstance(getattr(ranker, "label", None), str) else {})},
         seed=plan.seed,
         n_queries=len(data.test),
@@ -380,6 +386,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         config_hash=chash,
         rerank=rerank_info or {},
     )
+    record.per_query = per_query_table(data.test.ids, values, first_rank)
     path = None
     if plan.write:
         path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
@@ -387,6 +394,64 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
                                   run_tag(record)) if plan.topk > 0 else None
         write_run(record, path, per_query_bytes(data.test.ids, values, first_rank), run_file)
     return RunOutcome(record=record, path=path, per_query=values, result=result)
+
+
+def _default_config(plan: RunPlan, context: RunContext) -> dict[str, Any]:
+    """What a default-built ranker of the plan's class reports (a ready-made object whose class
+    cannot be built without arguments has no defaults to compare with: all of its config counts)."""
+    try:
+        return default_config(plan.ranker_cls, context)
+    except Exception:
+        if plan.ranker_obj is None:
+            raise
+        return {}
+
+
+def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int | None) -> dict[str, Any]:
+    """The run's identity: its options that differ from the defaults, read from the protocol's
+    ``config`` (any plugin has one), compared with what a default-built ranker reports; the task
+    options, sample, seed and rerank spec likewise. Its hash names the RunRecord file."""
+    task_opts = _options_dict(plan.task_options)
+    diff = {"ranker": non_default(plain_config(ranker.config), plain_config(_default_config(plan, context))),
+            "task": non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
+            "max_queries": max_queries, "seed": plan.seed}
+    if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
+        from rbench.hashing import file_sha256
+        from rbench.rerank import identity
+
+        rf = plan.rerank.run_file
+        diff["rerank"] = identity(plan.rerank, context, file_sha256(rf) if rf is not None else "")
+    return {k: v for k, v in diff.items() if v not in ({}, None, 0)}
+
+
+def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str) -> RunOutcome | None:
+    """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
+    (``never``: whenever it exists; ``only-missing``: when its effective config, task fingerprint
+    and rbench version are this run's); None: run."""
+    import rbench
+
+    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
+                       config_hash(diff) if diff else "")
+    if not path.is_file():
+        return None
+    if plan.overwrite == "never":
+        return RunOutcome(record=read_record(path), path=path, per_query={}, skipped="exists (--overwrite never)")
+    try:
+        rec = read_record(path)
+    except RBenchError:
+        return None  # a damaged record is replaced
+    same = (rec.task_fingerprint == fingerprint and rec.rbench_version == rbench.__version__
+            and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
+            # what this run would add and the record lacks (a run file, an ANN measurement): run
+            and (bool(rec.run_file) or plan.topk == 0)
+            and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann))
+
+    return RunOutcome(record=rec, path=path, per_query={},
+                      skipped="same config, data and rbench version (--overwrite only-missing)") if same else None
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
 
 
 # --------------------------------------------------------------------------------------------

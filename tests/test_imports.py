@@ -17,16 +17,17 @@ ROOT = Path(__file__).resolve().parents[1] / "rbench"
 # Layers from the bottom up: a module may import modules of its own layer or of lower ones.
 # A new module must be given a layer here; that is the point of listing them.
 LAYERS: list[tuple[str, ...]] = [
-    ("rbench", "rbench.tasks", "rbench.api", "rbench.errors", "rbench.paths", "rbench.hashing",
+    ("rbench.tasks", "rbench.api", "rbench._fused_kernel", "rbench.errors", "rbench.paths", "rbench.hashing",
      "rbench.significance", "rbench.atomic"),
-    ("rbench.config", "rbench.columns", "rbench.metrics", "rbench.sharded"),
+    ("rbench.config", "rbench.columns", "rbench.metrics", "rbench.sharded", "rbench.fused"),
     ("rbench.engine", "rbench.embeddings", "rbench.plugins", "rbench.tasks.family", "rbench.tasks.kit"),
     ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed"),
     ("rbench.tasks.recsys", "rbench.tasks.passages", "rbench.tasks.routing", "rbench.tasks.imported",
      "rbench.store", "rbench.sources", "rbench.pools"),
-    ("rbench.tasks.registry", "rbench.results"),
+    ("rbench.tasks.registry", "rbench.results", "rbench.rerank"),
     ("rbench.budget", "rbench.runner", "rbench.leaderboard", "rbench.plots", "rbench.cli_data"),
-    ("rbench.cli",),
+    ("rbench.public",),
+    ("rbench.cli", "rbench"),  # the package face re-exports the public API (rbench.public)
 ]
 
 
@@ -116,8 +117,15 @@ def test_the_reader_sees_function_level_imports_and_circles():
     assert "rbench.store" in tree["rbench.tasks.registry"]  # imported inside load(), still an edge
 
 
+def without_parents(edges: dict[str, set[str]]) -> dict[str, set[str]]:
+    """The graph less each module's edges to its own packages: Python runs a package's
+    ``__init__`` before any of its modules, so a package face that imports its modules (``rbench``
+    re-exporting ``rbench.public``) closes no circle at import time, while any other loop does."""
+    return {a: {b for b in targets if b not in package_parents(a)} for a, targets in edges.items()}
+
+
 def test_no_import_circles():
-    found = circles(graph())
+    found = circles(without_parents(graph()))
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
 
 

@@ -18,6 +18,7 @@ from rbench.errors import DataError, RBenchError
 from rbench.metrics import MEASURES, aggregate, per_query
 from rbench.pools import parse_variant
 from rbench.runner import RunOptions, make_plan
+from rbench.runner import score as run_score
 from tests.helpers import TableRanker, cli, make_pool, make_queries, one_line
 
 N_POOL, N_Q = 60, 12
@@ -113,7 +114,7 @@ def test_protocol_equals_recomputation(small, depth):
     s, r = _tables(1)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     plan = _plan(S, depth)
-    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress)
+    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress, run_score)
     exact, exp_dropped, ranks = _recompute(data, s, r, depth)
     _check(per_query(result.ranks, data.test.grades), exact)
     np.testing.assert_array_equal(result.ranks.values, ranks.values)
@@ -130,7 +131,7 @@ def test_outside_positive_keeps_stage1_rank_and_dropped_differs():
     s, r = _tables(2)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     depth = 5
-    result, info, dropped = rerank.score(_plan(S, depth), R(), data, None, _no_progress)
+    result, info, dropped = rerank.score(_plan(S, depth), R(), data, None, _no_progress, run_score)
     stage1 = evaluate(S(), data.test, data.pool, topk=0)
     outside = stage1.ranks.values > depth
     assert outside.any() and info["positives_outside"] == int(outside.sum())
@@ -147,18 +148,18 @@ def test_stage1_cache_hit_and_keys():
     data = _data()
     s, r = _tables(3)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
-    first = rerank.score(_plan(S, 10), R(), data, None, _no_progress)
+    first = rerank.score(_plan(S, 10), R(), data, None, _no_progress, run_score)
     assert S.fits == 1 and first[1]["cached"] is False
-    second = rerank.score(_plan(S, 10), R(), data, None, _no_progress)
+    second = rerank.score(_plan(S, 10), R(), data, None, _no_progress, run_score)
     assert S.fits == 1 and second[1]["cached"] is True  # no fit, no scan the second time
     np.testing.assert_array_equal(first[0].ranks.values, second[0].ranks.values)
-    rerank.score(_plan(S, 11), R(), data, None, _no_progress)  # another depth: another entry
+    rerank.score(_plan(S, 11), R(), data, None, _no_progress, run_score)  # another depth: another entry
     assert S.fits == 2
     # a variant (its own pool, its own label) is its own entry, and exact on that pool
     vdata = _data(seed=0, n=80)
     s2, r2 = _tables(3, n=80)
     S2, R2 = _table_class(s2, "table-s"), _table_class(r2, "table-r")
-    res, info, _ = rerank.score(_plan(S2, 10, variant="mixed"), R2(), vdata, None, _no_progress)
+    res, info, _ = rerank.score(_plan(S2, 10, variant="mixed"), R2(), vdata, None, _no_progress, run_score)
     assert info["cached"] is False
     _check(per_query(res.ranks, vdata.test.grades), _recompute(vdata, s2, r2, 10)[0])
     assert parse_variant("mixed").label != "original"
@@ -188,7 +189,7 @@ def test_run_file_stage1(tmp_path, gz):
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", write=False, rerank_from=f"run:{run}",
                                 rerank_depth="8"))
     plan = dataclasses.replace(plan, ranker="table-r", batch_size=5)
-    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress)
+    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress, run_score)
     exact, exp_dropped, ranks = _recompute(data, None, r, 8, file_lists=lists)
     np.testing.assert_array_equal(result.ranks.values, ranks.values)
     _check(per_query(result.ranks, data.test.grades), exact)
@@ -217,14 +218,14 @@ def test_exhaustive_budget():
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     pairs = N_Q * N_POOL
     with pytest.raises(RBenchError, match=rf"scores {pairs:,} pairs: about .* pairs/s on a warm-up .*--force"):
-        rerank.score(_plan(S, None, pair_budget=pairs - 1), R(), data, None, _no_progress)
+        rerank.score(_plan(S, None, pair_budget=pairs - 1), R(), data, None, _no_progress, run_score)
     with pytest.warns(UserWarning, match="--force"):
         result, info, dropped = rerank.score(_plan(S, None, pair_budget=pairs - 1, force=True), R(), data, None,
-                                             _no_progress)
+                                             _no_progress, run_score)
     plain = evaluate(R(), data.test, data.pool, topk=0)
     np.testing.assert_array_equal(result.ranks.values, plain.ranks.values)
     assert info["depth"] == "all" and info["pairs_scored"] == pairs and dropped == {}
-    result, _, _ = rerank.score(_plan(S, None, pair_budget=pairs), R(), data, None, _no_progress)  # within budget
+    result, _, _ = rerank.score(_plan(S, None, pair_budget=pairs), R(), data, None, _no_progress, run_score)  # within budget
 
 
 def test_plan_validation():
@@ -263,6 +264,8 @@ def test_cli_end_to_end(capsys, tmp_path):
     assert a.row_key != b.row_key and a.label == "pop (bm25@20)" and b.label == "pop"
     assert "rerank" not in json.loads(plain[0].read_text())
     code, out, err = cli(capsys, *args, "--rerank-from", "bm25", "--rerank-depth", "20")
+    assert code == 0 and "skipped" in out  # the same run again: kept (--overwrite only-missing)
+    code, out, err = cli(capsys, *args, "--rerank-from", "bm25", "--rerank-depth", "20", "--overwrite", "always")
     assert code == 0 and "stage 1 from cache" in out
     code, _, err = cli(capsys, *args, "--rerank-from", "bm2", "--rerank-depth", "20")
     assert code == 2 and "did you mean 'bm25'" in one_line(err)

@@ -138,7 +138,7 @@ def test_variant_uses_the_variant_pool_ids(all_tasks, tie_free, capsys, tmp_path
 
 
 def test_default_top100_topk0_and_replacement(tie_free, tmp_path):
-    opts = dict(ranker="tie-free", task="ml-100k", max_queries=20, results_dir=tmp_path)
+    opts = dict(ranker="tie-free", task="ml-100k", max_queries=20, results_dir=tmp_path, overwrite="always")
     first = run(RunOptions(**opts))
     rows = _read_run(first.path.with_name(first.record.run_file))
     assert len(rows) == 20 * 100 and {r[5] for r in rows} == {"tie-free"}

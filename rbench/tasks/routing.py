@@ -32,6 +32,14 @@ Choices written down:
    ``q`` + 12 hex of sha1(task_id, query).
 6. Query text = the query; the prompt wraps it in the paper's routing template. Split 8:1:1 by
    query within each task_id (GraphRouter also splits per task), seeded.
+7. Training signal for trainable routers (``RoutingOutcomes``): the train and valid splits carry,
+   in ``Queries.meta["routing_outcomes"]``, every query's task_id and, for each LLM of its
+   candidate list (same column order), the raw effect and the cost normalised as in 2., plus the
+   scenario weights; ``routing_outcomes(queries)`` reads it back typed and aligned by query id
+   (so a ``take`` of the split still lines up). The test split never carries them (nor its task
+   ids): a router learns from train, selects on valid, and sees only test texts. The task
+   fingerprint does not include them (they are derived from the same rows), so records made
+   before this field existed keep their fingerprint.
 """
 
 from __future__ import annotations
@@ -48,7 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench import paths
-from rbench.api import Pool, Source, TaskData, TaskSpec
+from rbench.api import Pool, Queries, Source, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError, did_you_mean
 from rbench.tasks.family import TaskFamily
 from rbench.tasks.kit import QueryTable, assemble, locate, not_present, split_labels
@@ -315,7 +323,78 @@ def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) 
             "positives_per_llm": {names[i]: int(c) for i, c in enumerate(share)}, "seed": seed}
     if len(set(table.ids.tolist())) != nq:
         raise RBenchError("internal: query ids are not unique")
-    return assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),))
+    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),))
+    effect_q, cost_q = rows.effect[order].reshape(nq, m)[canon], cost[order].reshape(nq, m)[canon]
+    task_q = np.asarray([qkeys[q][0] for q in canon], dtype=object)
+    for split, queries in ((0, data.train), (1, data.valid)):  # never the test split (choice 7)
+        rows_s = np.flatnonzero(labels == split)
+        queries.meta = {**queries.meta, OUTCOMES_KEY: {
+            "query_ids": [str(x) for x in table.ids[rows_s]], "task_ids": [str(x) for x in task_q[rows_s]],
+            "effect": effect_q[rows_s].tolist(), "cost": cost_q[rows_s].tolist(),
+            "scenario": opts.scenario, "weights": [w_perf, w_cost], "cost_norm": opts.cost_norm}}
+    return data
+
+
+# ------------------------------------------------------------------------------------------
+# the training signal for routers (choice 7)
+# ------------------------------------------------------------------------------------------
+
+OUTCOMES_KEY = "routing_outcomes"
+
+
+@dataclass(frozen=True)
+class RoutingOutcomes:
+    """Outcomes of one split: row i is ``queries`` row i, column j is LLM ``candidates[i, j]``."""
+
+    task_ids: np.ndarray  # str (object), (n,)
+    effect: np.ndarray  # (n, m) raw effect
+    cost: np.ndarray  # (n, m) normalised cost (the task's ``cost_norm``)
+    candidates: np.ndarray  # (n, m) pool indices
+    w_perf: float
+    w_cost: float
+    scenario: str
+
+    def objective(self) -> np.ndarray:
+        """GraphRouter's scenario objective ``w_perf * effect - w_cost * cost``, (n, m)."""
+        return self.w_perf * self.effect - self.w_cost * self.cost
+
+    def best(self) -> np.ndarray:
+        """Pool index of each row's best LLM; ties go to the first candidate (the task's
+        ``ties=first`` rule and GraphRouter's ``np.argmax`` label)."""
+        obj = self.objective()
+        tied = np.isclose(obj, obj.max(axis=1, keepdims=True), rtol=0.0, atol=TIE_ATOL)
+        return self.candidates[np.arange(len(obj)), tied.argmax(axis=1)]
+
+    def by_pool(self, values: np.ndarray, n_pool: int, fill: float = np.nan) -> np.ndarray:
+        """(n, m) values in candidate order -> (n, n_pool) in pool order (``fill`` elsewhere)."""
+        out = np.full((len(values), n_pool), fill, dtype=np.float64)
+        out[np.arange(len(values))[:, None], self.candidates] = values
+        return out
+
+
+def has_outcomes(queries: Queries) -> bool:
+    return OUTCOMES_KEY in (queries.meta or {})
+
+
+def routing_outcomes(queries: Queries) -> RoutingOutcomes:
+    """The outcomes of ``queries`` (a train or valid split of a routing task), aligned by id."""
+    raw = (queries.meta or {}).get(OUTCOMES_KEY)
+    if raw is None or queries.candidates is None:
+        raise RBenchError("this ranker learns from routing outcomes: it needs the train and valid splits of a "
+                          "routing task (rbench.tasks.routing), which carry them in Queries.meta")
+    where = {q: i for i, q in enumerate(raw["query_ids"])}
+    try:
+        rows = np.fromiter((where[str(q)] for q in queries.ids), dtype=np.int64, count=len(queries))
+    except KeyError as exc:
+        raise RBenchError(f"query {exc.args[0]!r} has no routing outcomes") from None
+    effect = np.asarray(raw["effect"], dtype=np.float64).reshape(len(where), -1)[rows]
+    cost = np.asarray(raw["cost"], dtype=np.float64).reshape(len(where), -1)[rows]
+    if effect.shape != queries.candidates.shape:
+        raise RBenchError(f"routing outcomes have shape {effect.shape}, candidates {queries.candidates.shape}")
+    w_perf, w_cost = (float(w) for w in raw["weights"])
+    return RoutingOutcomes(task_ids=np.asarray(raw["task_ids"], dtype=object)[rows], effect=effect, cost=cost,
+                           candidates=np.asarray(queries.candidates, dtype=np.int64), w_perf=w_perf, w_cost=w_cost,
+                           scenario=str(raw["scenario"]))
 
 
 SPEC = TaskSpec(

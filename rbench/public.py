@@ -1,0 +1,167 @@
+"""rbench from Python: evaluate a ranker in a notebook, results as DataFrames.
+
+Why a face of its own: the CLI is one caller of these functions, a notebook another, and both
+must give the same RunRecord for the same run, so ``rbench run`` and ``rbench table`` are thin
+layers over ``evaluate`` and ``table`` here (one road). Everything below is typed and stable;
+``rbench/__init__.py`` re-exports exactly the names in ``__all__``.
+
+Imports of the machinery happen inside the functions, so that ``import rbench`` stays light.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+    from rbench.api import TaskData
+    from rbench.leaderboard import Leaderboard
+    from rbench.results import RunRecord
+    from rbench.runner import RunOutcome, RunPlan
+
+__all__ = ["evaluate", "evaluate_many", "plan_run", "run_outcome", "list_rankers", "list_tasks", "load_results", "load_task", "table"]
+
+Progress = Callable[[str, "int | None"], Callable[[int], None]]
+
+
+def _sets(options: Mapping[str, Any] | None, task_options: Mapping[str, Any] | None) -> dict[str, str]:
+    """Ranker options and task options as the ``--set`` strings the runner parses (one parser)."""
+    out = {str(k): _text(v) for k, v in (options or {}).items()}
+    out.update({f"task.{k}": _text(v) for k, v in (task_options or {}).items()})
+    return out
+
+
+def _text(value: Any) -> str:
+    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+
+
+def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapping[str, Any] | None = None,
+             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = 0,
+             results_dir: str | Path | None = None, rerank_from: str | None = None,
+             rerank_depth: int | str | None = None, force: bool = False, topk: int = 100,
+             overwrite: str = "only-missing", batch_size: int = 256, chunk_size: int = 65536,
+             ann: str | None = None, ray_shards: int | None = None) -> RunPlan:
+    """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
+    option and file is checked here, before any data is loaded. ``options`` may hold
+    ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing."""
+    from rbench.runner import RunOptions, make_plan
+
+    return make_plan(RunOptions(
+        ranker=ranker, task=task, variant=variant, sets=_sets(options, task_options), seed=seed,
+        max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else Path("results"),
+        write=results_dir is not None, batch_size=batch_size, chunk_size=chunk_size, topk=topk, ann=ann,
+        ray_shards=ray_shards, rerank_from=rerank_from, rerank_depth=rerank_depth, force=force,
+        overwrite=overwrite))
+
+
+def run_outcome(ranker: Any, task: Any, *, progress: Progress | None = None, **kwargs: Any) -> RunOutcome:
+    """``evaluate`` with the runner's whole outcome (record, path, engine result, skip note)."""
+    from rbench.runner import execute
+
+    plan = plan_run(ranker, task, **kwargs)
+    outcome = execute(plan, progress) if progress is not None else execute(plan)
+    if outcome is None:  # only under torchrun/accelerate, on processes other than 0
+        raise RuntimeError("this process of a launched run only fits; process 0 holds the result")
+    return outcome
+
+
+def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapping[str, Any] | None = None,
+             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = 0,
+             results_dir: str | Path | None = None, rerank_from: str | None = None,
+             rerank_depth: int | str | None = None, force: bool = False, topk: int = 100,
+             overwrite: str = "only-missing") -> RunRecord:
+    """Evaluate one ranker on one task; the RunRecord (metrics, timings, effective config), with
+    its per-query metrics as a DataFrame in ``record.per_query``.
+
+    ``ranker``: a registered name (``"bm25"``), ``"path/to/file.py:Class"`` / ``"module:Class"``,
+    a ranker class, or an object that follows the contract (``score(queries, candidates)`` or
+    ``encode_pool``/``encode_queries``; see README "Writing a ranker plugin") — no packaging
+    needed. ``options``: the ranker's options (``--set``), ``task_options`` the task's. ``task``: a
+    name or a ``load_task(...)`` result's ``task``. A RunRecord is written only when
+    ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an
+    existing record of the same run is kept (``record.per_query`` is then read from its file)."""
+    from rbench.results import read_per_query
+
+    out = run_outcome(ranker, task, variant=variant, options=options, task_options=task_options,
+                      max_queries=max_queries, seed=seed, results_dir=results_dir, rerank_from=rerank_from,
+                      rerank_depth=rerank_depth, force=force, topk=topk, overwrite=overwrite)
+    rec = out.record
+    if rec.per_query is None and out.path is not None:  # a record kept as it was: read its file
+        rec.per_query = read_per_query(out.path, rec)
+    return rec
+
+
+def evaluate_many(rankers: Iterable[Any], tasks: Iterable[Any], *, results_dir: str | Path = "results",
+                  overwrite: str = "only-missing", progress: Progress | None = None,
+                  **kwargs: Any) -> list[RunOutcome]:
+    """Every ranker on every task (rankers outer), writing RunRecords to ``results_dir``; existing
+    runs are skipped under ``overwrite=only-missing`` (``RunOutcome.skipped`` says why). Options
+    in ``kwargs`` are those of ``evaluate`` and apply to every run."""
+    return [run_outcome(r, t, results_dir=results_dir, overwrite=overwrite, progress=progress, **kwargs)
+            for r in list(rankers) for t in list(tasks)]
+
+
+def load_task(name: str, seed: int = 0, **options: Any) -> TaskData:
+    """A task's data (pool, train/valid/test queries) with task options as keyword arguments:
+    ``load_task("ml-100k", history_len=10)``."""
+    from rbench.tasks.registry import load, resolve
+
+    task = resolve(name)
+    return load(task, task.options({k: _text(v) for k, v in options.items()}), seed=seed)
+
+
+def list_tasks() -> list[str]:
+    """Task names in the paper's order (``rbench tasks`` shows sizes and whether data is present)."""
+    from rbench.tasks.registry import list_tasks as specs
+
+    return [spec.name for spec in specs()]
+
+
+def list_rankers() -> list[str]:
+    """Installed ranker plugins (entry points of the ``rbench.rankers`` group)."""
+    from rbench.plugins import available_rankers
+
+    return available_rankers()
+
+
+RESULT_COLUMNS = ("scenario", "task", "variant", "column", "ranker", "label", "config_hash", "measure", "value",
+                  "n_queries", "seed", "task_fingerprint", "rbench_version", "created", "path")
+
+
+def load_results(results_dir: str | Path = "results", scenario: str | None = None, task: str | None = None,
+                 ranker: str | None = None, variant: str | None = None) -> pd.DataFrame:
+    """Every RunRecord under ``results_dir`` as a long DataFrame: one row per (record, measure),
+    with the fields tables key on (``RESULT_COLUMNS``). Filters match exactly; ``variant`` by the
+    recorded label (``original``, ``mixed``, ``scaled:1000``, ...)."""
+    import pandas as pd
+
+    from rbench.results import load_records, require_results_dir
+
+    rows = []
+    for path, rec in load_records(require_results_dir(Path(results_dir)), scenario):
+        if (task and rec.task != task) or (ranker and rec.ranker.get("name") != ranker) \
+                or (variant and (rec.variant or "original") != variant):
+            continue
+        for measure, value in rec.metrics.items():
+            rows.append({"scenario": rec.scenario, "task": rec.task, "variant": rec.variant or "original",
+                         "column": rec.column, "ranker": rec.ranker.get("name"), "label": rec.label,
+                         "config_hash": rec.config_hash, "measure": measure, "value": value,
+                         "n_queries": rec.n_queries, "seed": rec.seed, "task_fingerprint": rec.task_fingerprint,
+                         "rbench_version": rec.rbench_version, "created": rec.created, "path": str(path)})
+    return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
+
+
+def table(scenario: str, results_dir: str | Path = "results", variant: str | None = None) -> Leaderboard:
+    """The leaderboard of one scenario (rows: rankers with their options; columns: tasks), with
+    significance marks, floors and budgets; ``.frame()`` gives it as a DataFrame,
+    ``rbench.leaderboard.to_markdown`` / ``to_csv`` render it (what ``rbench table`` writes)."""
+    from rbench import leaderboard
+    from rbench.api import SCENARIOS
+    from rbench.errors import unknown
+
+    if scenario not in SCENARIOS:
+        raise unknown("scenario", scenario, SCENARIOS)
+    return leaderboard.build(Path(results_dir), scenario, variant)
