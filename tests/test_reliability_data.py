@@ -158,7 +158,8 @@ def test_a_full_disk_is_one_line_and_the_old_record_stays(tmp_path, capsys, monk
     (record,) = out.rglob("pop.json")
     before = record.read_bytes()
     monkeypatch.setattr(results, "atomic_write_bytes", _refuse("full"))
-    code, _, err = cli(capsys, "run", "--ranker", "pop", "--task", "ml-100k", "--results-dir", str(out), "--seed", "0")
+    code, _, err = cli(capsys, "run", "--ranker", "pop", "--task", "ml-100k", "--results-dir", str(out), "--seed", "0",
+                         "--overwrite", "always")  # the same run again, written again
     errors = [line for line in err.splitlines() if line.startswith("error:")]
     assert code == 2 and len(errors) == 1 and "no space left" in errors[0] and "Traceback" not in err
     assert record.read_bytes() == before
