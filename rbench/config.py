@@ -129,3 +129,33 @@ def plain_config(config: Any) -> dict[str, Any]:
 def non_default(config: dict[str, Any], default: dict[str, Any]) -> dict[str, Any]:
     """The options of ``config`` whose values differ from ``default``'s."""
     return {k: v for k, v in config.items() if default.get(k) != v}
+
+
+def field_default(f: dataclasses.Field) -> Any:  # type: ignore[type-arg]
+    """A dataclass field's default value (None when it has none)."""
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:
+        return f.default_factory()
+    return None
+
+
+class PresetOptions:
+    """Mixin for option dataclasses with named budgets (``preset=NAME``): a preset changes only
+    the options still at their default, and options given explicitly win even when they equal
+    the default (``build_config`` calls ``keep_explicit``; ``__post_init__`` alone cannot tell
+    ``--set x=<default>`` from an unset option). ``PRESETS`` maps a preset name to its values."""
+
+    PRESETS: typing.ClassVar[dict[str, dict[str, Any]]] = {}
+
+    def __post_init__(self) -> None:
+        values = self.PRESETS.get(str(getattr(self, "preset", "")), {})
+        if values:
+            defaults = {f.name: field_default(f) for f in dataclasses.fields(self)}  # type: ignore[arg-type]
+            for key, value in values.items():
+                if getattr(self, key) == defaults[key]:
+                    setattr(self, key, value)
+
+    def keep_explicit(self, given: dict[str, Any]) -> None:
+        for key, value in given.items():
+            setattr(self, key, value)

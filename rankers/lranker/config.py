@@ -38,8 +38,9 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
+from rbench.config import PresetOptions
 from rbench.errors import RBenchError
 
 Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
@@ -84,8 +85,10 @@ CPU_PRESET: dict[str, Any] = {
 
 
 @dataclass
-class LRankerConfig:
+class LRankerConfig(PresetOptions):
     """Options of ``rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
+
+    PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"cpu": CPU_PRESET}
 
     preset: Literal["paper", "cpu"] = "paper"
 
@@ -161,18 +164,6 @@ class LRankerConfig:
 
     seed: int | None = None  # None: the run's --seed
 
-    def __post_init__(self) -> None:
-        if self.preset == "cpu":
-            defaults = {f.name: _default(f) for f in dataclasses.fields(self)}
-            for key, value in CPU_PRESET.items():
-                if getattr(self, key) == defaults[key]:
-                    setattr(self, key, value)
-
-    def keep_explicit(self, given: dict[str, Any]) -> None:
-        """Options set explicitly win over the preset, even when they equal the paper default
-        (``__post_init__`` alone cannot tell ``--set similarity=dot`` from an unset option)."""
-        for key, value in given.items():
-            setattr(self, key, value)
 
     def validate(self) -> None:
         positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size",
@@ -215,11 +206,3 @@ class LRankerConfig:
         """The options a checkpoint depends on (see ``TRAINING_KEYS``)."""
         data = dataclasses.asdict(self)
         return {k: data[k] for k in TRAINING_KEYS}
-
-
-def _default(f: dataclasses.Field) -> Any:
-    if f.default is not dataclasses.MISSING:
-        return f.default
-    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
-        return f.default_factory()  # type: ignore[misc]
-    return None
