@@ -69,6 +69,18 @@ class Leaderboard:
         cell = self.cells.get((row, column))
         return None if cell is None else cell.get(metric)
 
+    def frame(self):
+        """The table as a pandas DataFrame: one row per ranker (its rendered label), one column
+        per (task, measure) with values in % (NaN where a ranker has no run), as the Markdown
+        table shows them, without marks."""
+        import pandas as pd
+
+        cols = pd.MultiIndex.from_tuples([(self.label(t), label) for t, _, label in self.metric_columns()],
+                                         names=["task", "measure"])
+        data = [[100 * v if (v := self.value(r, t, m)) is not None else float("nan")
+                 for t, m, _ in self.metric_columns()] for r in self.rows]
+        return pd.DataFrame(data, index=pd.Index([self.label(r) for r in self.rows], name="ranker"), columns=cols)
+
     def rank_marks(self) -> dict[tuple[RowKey, ColumnKey, str], str]:
         """(row, column, metric) -> 'best' | 'second'."""
         marks: dict[tuple[RowKey, ColumnKey, str], str] = {}

@@ -54,7 +54,10 @@ def test_cli_and_api_give_the_same_record(capsys, tmp_path):
     assert set(frame["measure"]) >= {"nDCG@10", "RR"} and (frame["n_queries"] == 40).all()
     assert frame.set_index("measure").loc["RR", "value"] == rec.metrics["RR"]
     lb = rbench.table("large", tmp_path / "api")
-    assert len(lb.rows) == 1
+    frame = lb.frame()
+    column = ("ml-100k (max_queries=40)", "MRR")
+    assert list(frame.index) == ["bm25 (k1=1.2)"] and column in frame.columns
+    assert frame.loc["bm25 (k1=1.2)", column] == pytest.approx(100 * rec.metrics["RR"])
 
 
 def test_multi_run_only_missing_skips_and_never_overwrites_another_config(capsys, tmp_path):
