@@ -61,15 +61,46 @@ def keep_best(bv, bi, n, k, hv, hi):
             m += 1
     return m
 
+@numba.njit(fastmath={"nnan", "nsz", "reassoc"}, inline="always")
+def count_max(row, lo, hi, t):
+    """Over row[lo:hi]: how many scores are > t and == t, and their maximum, in one vectorised
+    loop (scores are never NaN: the engine checks them; -inf, excluded candidates, is allowed)."""
+    h = 0
+    e = 0
+    m = -np.inf
+    for c in range(lo, hi):
+        x = row[c]
+        h += x > t
+        e += x == t
+        m = max(m, x)
+    return h, e, m
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def scan(s, a, thr, count_finite, higher, equal, finite, hv, hi, hn):
     B, C = s.shape
     P = thr.shape[1]
     k = hv.shape[1]
+    # the chunk's columns in groups (G of them when k > 0): the first positive's counts and each
+    # group's maximum come out of one pass over the row
+    G = max(4 * k, 256) if k > 0 else 1
+    size = -(-C // G) if C > 2 * G else C
+    n_groups = -(-C // size) if C else 0
     for r in numba.prange(B):
         row = s[r]
-        # counts: one branch-free, vectorised loop per positive over a row held in cache
-        for j in range(P):
+        maxima = np.empty(n_groups, dtype=row.dtype)
+        t0 = thr[r, 0] if P else np.inf
+        h0 = 0
+        e0 = 0
+        for g in range(n_groups):
+            h, e, m = count_max(row, g * size, min(C, (g + 1) * size), t0)
+            h0 += h
+            e0 += e
+            maxima[g] = m
+        if P:
+            higher[r, 0] += h0
+            equal[r, 0] += e0
+        for j in range(1, P):  # further positives (graded qrels): one branch-free loop each
             t = thr[r, j]
             h = 0
             e = 0
@@ -87,20 +118,9 @@ def scan(s, a, thr, count_finite, higher, equal, finite, hv, hi, hn):
         if k == 0:
             continue
         n0 = hn[r]
-        # a lower bound of this chunk's k-th best: the k-th best of G group maxima (k of the
-        # chunk's scores are at least that); with a full carried top-k, its k-th best too
-        G = max(4 * k, 256)
-        gmin = -np.inf
-        if C > 2 * G:
-            size = -(-C // G)
-            maxima = np.empty(-(-C // size), dtype=row.dtype)
-            for g in range(maxima.shape[0]):
-                m = row[g * size]
-                for c in range(g * size + 1, min(C, (g + 1) * size)):
-                    m = max(m, row[c])
-                maxima[g] = m
-            if maxima.shape[0] >= k:
-                gmin = kth_largest(maxima, maxima.shape[0], k)
+        # a lower bound of this chunk's k-th best: the k-th best group maximum (k of the chunk's
+        # scores are at least that); with a full carried top-k, its k-th best too
+        gmin = kth_largest(maxima, n_groups, k) if n_groups >= k and size < C else -np.inf
         carried = -np.inf
         strict = False
         if n0 >= k:
@@ -108,7 +128,8 @@ def scan(s, a, thr, count_finite, higher, equal, finite, hv, hi, hn):
             for i in range(n0):
                 carried = min(carried, hv[r, i])
             strict = True
-        # collect: carried entries first (lower pool indices), then this chunk's in order
+        # collect, in ascending pool index: the carried entries (earlier chunks), then this
+        # chunk's candidates that can enter, looked for only in the groups whose maximum can
         bv = np.empty(n0 + C, dtype=hv.dtype)  # untouched beyond what is collected
         bi = np.empty(n0 + C, dtype=np.int64)
         order = np.argsort(hi[r, :n0])
@@ -116,11 +137,15 @@ def scan(s, a, thr, count_finite, higher, equal, finite, hv, hi, hn):
             bv[i] = hv[r, order[i]]
             bi[i] = hi[r, order[i]]
         n = n0
-        for c in range(C):
-            x = row[c]
-            if (x >= gmin) and ((x > carried) or not strict):
-                bv[n] = x
-                bi[n] = a + c
-                n += 1
+        for g in range(n_groups):
+            m = maxima[g]
+            if m < gmin or (strict and m <= carried):
+                continue
+            for c in range(g * size, min(C, (g + 1) * size)):
+                x = row[c]
+                if (x >= gmin) and ((x > carried) or not strict):
+                    bv[n] = x
+                    bi[n] = a + c
+                    n += 1
         n = keep_best(bv, bi, n, k, hv[r], hi[r])
         hn[r] = n
