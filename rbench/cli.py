@@ -351,6 +351,74 @@ def plot_training_cmd(
     out.print(f"written: {target}")
 
 
+@app.command("reproduce")
+def reproduce_cmd(
+    experiment: Optional[str] = typer.Argument(None, help="Experiment name (see --list)."),
+    list_all: bool = typer.Option(False, "--list", help="List the paper's experiments."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the plan, the data it needs and a cost estimate."),
+    profile: str = typer.Option("cpu", "--profile", help="cpu (budgets for two cores) | paper (the paper's settings)"),
+    check: bool = typer.Option(False, "--check", help="Grade each cell against the committed expected scores "
+                               "(OK / OKish / FAIL; exit 1 on a FAIL)."),
+    save_expected: bool = typer.Option(False, "--save-expected", help="Write this run's scores as the expected ones."),
+    overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    output: Path = typer.Option(Path("reproductions"), "--output", "-o", help="Folder for the rendered tables."),
+    quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+) -> None:
+    """Re-run one of the paper's experiments (what is missing), and show rbench's numbers beside
+    the paper's, each cell with its Δ."""
+    from rbench import reproduce
+    from rbench.atomic import atomic_write_bytes
+
+    if list_all or experiment is None:
+        table = Table(title="The paper's experiments (rbench reproduce NAME)")
+        for col in ("name", "paper", "kind", "title", "runs cpu", "runs paper"):
+            table.add_column(col)
+        for name, r in reproduce.recipes().items():
+            table.add_row(name, r.paper, r.kind, escape(r.title), str(len(reproduce.plan(r, "cpu"))),
+                          str(len(reproduce.plan(r, "paper"))))
+        out.print(table)
+        return
+    recipe = reproduce.get(experiment)
+    if dry_run:
+        rows = reproduce.dry_run(recipe, profile, results_dir)
+        table = Table(title=f"{recipe.name} ({recipe.paper}), profile {profile}: {len(rows)} runs")
+        for col in ("ranker", "task", "variant", "max_queries", "data", "estimate"):
+            table.add_column(col, overflow="fold")
+        for row in rows:
+            table.add_row(*[escape(str(row[c] if row[c] is not None else "all")) for c in
+                            ("ranker", "task", "variant", "max_queries", "data", "estimate")])
+        out.print(table)
+        return
+    progress, factory = _progress_factory(enabled=not quiet)
+    with progress:
+        cells = reproduce.run(recipe, profile, results_dir, overwrite=overwrite, progress=factory)
+    rows = reproduce.rows(recipe, cells)
+    grades = reproduce.grade(recipe, profile, rows) if check else None
+    md = reproduce.to_markdown(recipe, profile, rows, grades)
+    target = output / f"{recipe.name}-{profile}.md"
+    atomic_write_bytes(target, md.encode())
+    table = Table(title=f"{recipe.title} ({recipe.paper}, profile {profile})")
+    for col in ("ranker", "task", "measure", "rbench", "paper", "Δ", "run") + (("check",) if grades else ()):
+        table.add_column(col, overflow="fold")
+    for r in rows:
+        key = (r["ranker"], r["task"], r["measure"])
+        table.add_row(escape(r["ranker"]), r["task"], r["measure"], reproduce._pct(r["rbench"]),
+                      reproduce._pct(r["paper"]), "–" if r["delta"] is None else f"{r['delta']:+.2f}",
+                      escape(r["status"]), *((grades.get(key, "–"),) if grades else ()))
+    out.print(table)
+    out.print(f"written: {target}")
+    if save_expected:
+        path = Path(str(reproduce.expected_path(recipe, profile)))
+        atomic_write_bytes(path, reproduce.expected_payload(recipe, profile, rows).encode())
+        out.print(f"expected scores written: {path}")
+    if grades:
+        counts = {g: sum(1 for v in grades.values() if v == g) for g in reproduce.GRADES}
+        out.print(" · ".join(f"{g} {n}" for g, n in counts.items()))
+        if counts["FAIL"]:
+            raise typer.Exit(1)
+
+
 def _mount_data_app() -> None:
     try:
         from rbench.cli_data import data_app

@@ -27,6 +27,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rbench.tasks.registry", "rbench.results", "rbench.rerank"),
     ("rbench.budget", "rbench.runner", "rbench.leaderboard", "rbench.plots", "rbench.cli_data"),
     ("rbench.public",),
+    ("rbench.reproduce",),
     ("rbench.cli", "rbench"),  # the package face re-exports the public API (rbench.public)
 ]
 

@@ -65,13 +65,19 @@ def test_variant_tables_are_separate(tmp_path):
 def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
     from rbench.leaderboard import paper_reference
 
-    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
+    _write(tmp_path, "pop", "rec-movie", [0.5, 0.2])
     lb = build(tmp_path, "large")
     md = to_markdown(lb, paper=True)
     main_part, ref_part = md.split("## Reference", 1)
     assert "LRanker" not in main_part and "| LRanker | 8.02 | 7.80 |" in ref_part and "A6000" in ref_part
-    assert ("SASRec", ML, "RR", 3.84) in paper_reference("large", "original", [ML])
+    movie = ColumnKey("rec-movie")
+    assert ("SASRec", movie, "RR", 3.84) in paper_reference("large", "original", [movie])
     assert "## Reference" not in to_markdown(lb)
+    # never under ml-100k (MovieLens 100K is not the paper's MovieLens 1M Rec-Movie)
+    assert paper_reference("large", "original", [ML]) == []
+    other = tmp_path / "other"
+    _write(other, "pop", "ml-100k", [0.5, 0.2])
+    assert "not ml-100k" in to_markdown(build(other, "large"), paper=True)
 
 
 def test_labels_spell_out_non_default_options():

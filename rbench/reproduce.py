@@ -1,0 +1,302 @@
+"""Paper experiments as declarative recipes: ``rbench reproduce EXPERIMENT``.
+
+Why recipes: a reader of the paper wants its tables re-run and shown beside the paper's numbers,
+and a maintainer wants to know whether a committed result still holds (pyserini's two-click
+reproductions). A recipe (``rbench/data/recipes/NAME.toml``, package data) says which rankers,
+tasks, variants and options one table or figure needs, per profile: ``paper`` (the paper's
+settings; a GPU) and ``cpu`` (budgets that run on two cores). Running it skips the runs whose
+RunRecords already exist (``--overwrite only-missing``, through ``rbench.evaluate_many``), then
+renders rbench's numbers and the paper's side by side, each cell with its Δ. The paper's numbers
+(``rbench/data/paper_reference.csv``) appear only under the task they belong to (``rec-movie``,
+never ``ml-100k``, which is MovieLens 100K, not the paper's MovieLens 1M).
+
+Graded regressions: ``--check`` compares each cell with the expected scores committed in
+``rbench/data/recipes/expected/NAME-PROFILE.json`` (written by ``--save-expected`` from a real
+run): OK within ``ok`` (absolute, in metric units), OKish within ``okish``, else FAIL (exit 1).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from importlib.resources import files
+from pathlib import Path
+from typing import Any
+
+import tomllib
+
+from rbench.errors import DataError, RBenchError, unknown
+
+PROFILES = ("cpu", "paper")
+MEASURES = {"nDCG@10": "nDCG@10", "MRR": "RR"}  # shown name -> RunRecord metric
+GRADES = ("OK", "OKish", "FAIL")
+
+
+@dataclass(frozen=True)
+class RecipeRun:
+    """One ranker on some tasks, with options per profile (``profiles``: where it runs)."""
+
+    ranker: str
+    tasks: tuple[str, ...]
+    variant: str = "original"
+    paper_model: str = ""  # its name in the paper's tables ("" : no reference row)
+    options: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> options
+    max_queries: dict[str, int] = field(default_factory=dict)  # profile -> sample size
+    profiles: tuple[str, ...] = PROFILES
+    rerank_from: str | None = None  # a two-stage run (README "Two-stage reranking")
+    rerank_depth: int | None = None
+    name: str = ""  # the row's name ("" : the ranker and its options)
+
+    def label(self, profile: str) -> str:
+        if self.name:
+            return self.name
+        opts = self.options.get(profile) or {}
+        tag = ([f"{self.rerank_from}@{self.rerank_depth or 'default'}"] if self.rerank_from else []) + \
+            [f"{k}={v}" for k, v in sorted(opts.items())]
+        return self.ranker + (f" ({', '.join(tag)})" if tag else "")
+
+
+@dataclass(frozen=True)
+class Recipe:
+    name: str
+    title: str
+    paper: str  # where in the paper: "Table 2", "Figure 4", ...
+    kind: str  # table | figure (figures render as their table of numbers)
+    reference: str  # the paper_reference.csv table it compares with ("" : none)
+    runs: tuple[RecipeRun, ...]
+    note: str = ""
+    tolerance: dict[str, float] = field(default_factory=lambda: {"ok": 5e-4, "okish": 5e-3})
+
+    def runs_for(self, profile: str) -> list[RecipeRun]:
+        return [r for r in self.runs if profile in r.profiles]
+
+
+def _recipe_dir() -> Any:
+    return files("rbench").joinpath("data/recipes")
+
+
+def _parse(name: str, text: str, where: str) -> Recipe:
+    try:
+        raw = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise DataError(f"not valid TOML ({exc})", where) from exc
+    for key in ("title", "paper", "kind", "runs"):
+        if key not in raw:
+            raise DataError(f"missing {key!r}", where)
+    runs = []
+    for i, r in enumerate(raw["runs"]):
+        if "ranker" not in r or "tasks" not in r:
+            raise DataError(f"runs[{i}] needs 'ranker' and 'tasks'", where)
+        profiles = tuple(r.get("profiles", PROFILES))
+        bad = [p for p in profiles if p not in PROFILES]
+        if bad:
+            raise DataError(f"runs[{i}]: unknown profile {bad[0]!r} (profiles: {', '.join(PROFILES)})", where)
+        runs.append(RecipeRun(ranker=r["ranker"], tasks=tuple(r["tasks"]), variant=r.get("variant", "original"),
+                              paper_model=r.get("paper_model", ""), options=dict(r.get("options", {})),
+                              max_queries=dict(r.get("max_queries", {})), profiles=profiles,
+                              rerank_from=r.get("rerank_from"), rerank_depth=r.get("rerank_depth"),
+                              name=r.get("name", "")))
+    if raw["kind"] not in ("table", "figure"):
+        raise DataError(f"kind must be table or figure, not {raw['kind']!r}", where)
+    return Recipe(name=name, title=raw["title"], paper=raw["paper"], kind=raw["kind"],
+                  reference=raw.get("reference", ""), runs=tuple(runs), note=raw.get("note", ""),
+                  tolerance={"ok": 5e-4, "okish": 5e-3, **raw.get("tolerance", {})})
+
+
+def recipes() -> dict[str, Recipe]:
+    """Every recipe shipped with rbench, by name (the file's stem), in the paper's order."""
+    out = {}
+    for entry in sorted(_recipe_dir().iterdir(), key=lambda p: p.name):
+        if entry.name.endswith(".toml"):
+            name = entry.name[: -len(".toml")]
+            out[name] = _parse(name, entry.read_text(encoding="utf-8"), f"rbench/data/recipes/{entry.name}")
+    order = {r: i for i, r in enumerate(ORDER)}
+    return dict(sorted(out.items(), key=lambda kv: (order.get(kv[0], len(order)), kv[0])))
+
+
+ORDER = ("smoke", "main", "small-ultra", "ablations", "mixed", "shift", "zeroshot", "centroids-k",
+         "centroid-dim", "aggregation", "backbone", "compute-memory", "latency", "width-depth", "scalability")
+
+
+def get(name: str) -> Recipe:
+    found = recipes()
+    if name not in found:
+        raise unknown("experiment", name, found)
+    return found[name]
+
+
+# --------------------------------------------------------------------------------------------
+# planning and running
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class Cell:
+    """One run of a recipe on one task: what the plan says and, once run, its record."""
+
+    run: RecipeRun
+    task: str
+    profile: str
+    record: Any = None
+    status: str = ""  # planned | kept | written | missing data | failed: ...
+
+    @property
+    def options(self) -> dict[str, Any]:
+        return dict(self.run.options.get(self.profile) or {})
+
+    @property
+    def max_queries(self) -> int | None:
+        return self.run.max_queries.get(self.profile)
+
+
+def plan(recipe: Recipe, profile: str) -> list[Cell]:
+    if profile not in PROFILES:
+        raise unknown("profile", profile, PROFILES)
+    return [Cell(r, t, profile) for r in recipe.runs_for(profile) for t in r.tasks]
+
+
+def estimate(cell: Cell, results_dir: Path) -> str:
+    """A cost estimate from a measured run of the same ranker on the same task (any options):
+    its fit + score time; 'unknown' when none was measured here."""
+    from rbench.results import load_records
+
+    best = None
+    root = Path(results_dir)
+    if root.is_dir():
+        for _, rec in load_records(root):
+            if rec.task == cell.task and rec.ranker.get("name") == cell.run.ranker:
+                t = float(rec.timings.get("fit_s", 0)) + float(rec.timings.get("score_s", 0))
+                best = t if best is None else min(best, t)
+    if best is None:
+        return "unknown (no measured run)"
+    return f"~{best / 60:.1f} min" if best >= 60 else f"~{best:.0f} s"
+
+
+def dry_run(recipe: Recipe, profile: str, results_dir: Path) -> list[dict[str, Any]]:
+    """The plan as rows: ranker, task, options, whether the data is here, the estimated cost."""
+    from rbench.tasks.registry import data_status
+
+    rows = []
+    for cell in plan(recipe, profile):
+        try:
+            present, how = data_status(cell.task)
+        except RBenchError as exc:
+            present, how = False, " ".join(str(exc).split())
+        rows.append({"ranker": cell.run.label(profile), "task": cell.task, "variant": cell.run.variant,
+                     "max_queries": cell.max_queries, "data": "present" if present else f"missing: {how}",
+                     "estimate": estimate(cell, results_dir)})
+    return rows
+
+
+def run(recipe: Recipe, profile: str, results_dir: Path, overwrite: str = "only-missing",
+        progress: Any = None) -> list[Cell]:
+    """Run what is missing (cells whose data is absent are reported, not run)."""
+    from rbench.public import run_outcome
+    from rbench.tasks.registry import data_status
+
+    cells = plan(recipe, profile)
+    for cell in cells:
+        try:
+            if not data_status(cell.task)[0]:
+                cell.status = "missing data"
+                continue
+            out = run_outcome(cell.run.ranker, cell.task, variant=cell.run.variant, options=cell.options,
+                              max_queries=cell.max_queries, results_dir=results_dir, overwrite=overwrite,
+                              rerank_from=cell.run.rerank_from, rerank_depth=cell.run.rerank_depth,
+                              progress=progress)
+        except RBenchError as exc:  # one cell that cannot run (weights not here, an unknown task): the rest go on
+            cell.status = f"failed: {' '.join(str(exc).split())[:160]}"
+            continue
+        cell.record, cell.status = out.record, ("kept" if out.skipped else "written")
+    return cells
+
+
+# --------------------------------------------------------------------------------------------
+# the paper's numbers, rendering, grading
+# --------------------------------------------------------------------------------------------
+
+
+def paper_numbers(recipe: Recipe) -> dict[tuple[str, str, str, str], float]:
+    """(paper model, task, variant, shown measure) -> value in %, from the recipe's reference
+    table; keyed by the paper's own task names, so they meet only the matching task."""
+    if not recipe.reference:
+        return {}
+    text = files("rbench").joinpath("data/paper_reference.csv").read_text(encoding="utf-8")
+    out = {}
+    for line in text.splitlines()[1:]:
+        table, _, task, variant, model, metric, value = line.split(",")
+        if table == recipe.reference:
+            out[(model, task, variant, metric)] = float(value)
+    return out
+
+
+def rows(recipe: Recipe, cells: list[Cell]) -> list[dict[str, Any]]:
+    """One row per (ranker, task, measure): rbench's value, the paper's and Δ (both in %)."""
+    paper = paper_numbers(recipe)
+    out = []
+    for cell in cells:
+        for shown, metric in MEASURES.items():
+            mine = None if cell.record is None else 100 * float(cell.record.metrics[metric])
+            ref = paper.get((cell.run.paper_model, cell.task, cell.run.variant, shown))
+            out.append({"ranker": cell.run.label(cell.profile), "task": cell.task, "variant": cell.run.variant,
+                        "measure": shown, "rbench": mine, "paper": ref,
+                        "delta": None if mine is None or ref is None else mine - ref, "status": cell.status})
+    return out
+
+
+def _pct(v: float | None) -> str:
+    return "–" if v is None else f"{v:.2f}"
+
+
+def to_markdown(recipe: Recipe, profile: str, table: list[dict[str, Any]],
+                grades: dict[tuple[str, str, str], str] | None = None) -> str:
+    lines = [f"# {recipe.title}", "", f"{recipe.paper} of the LRanker paper; profile `{profile}`. Values in %; "
+             "'paper' is the paper's own number for the same task (Qwen3-0.6B backbone, one A6000), "
+             "Δ = rbench − paper.", ""]
+    if recipe.note:
+        lines += [recipe.note, ""]
+    head = ["ranker", "task", "measure", "rbench", "paper", "Δ", "run"] + (["check"] if grades else [])
+    lines += ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for r in table:
+        cells = [r["ranker"], r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}"), r["measure"],
+                 _pct(r["rbench"]), _pct(r["paper"]), "–" if r["delta"] is None else f"{r['delta']:+.2f}",
+                 r["status"]]
+        if grades:
+            cells.append(grades.get((r["ranker"], r["task"], r["measure"]), "–"))
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", f"Generated by `rbench reproduce {recipe.name} --profile {profile}` from the RunRecords it ran "
+              "or found."]
+    return "\n".join(lines) + "\n"
+
+
+def expected_path(recipe: Recipe, profile: str) -> Any:
+    return _recipe_dir().joinpath("expected", f"{recipe.name}-{profile}.json")
+
+
+def expected_payload(recipe: Recipe, profile: str, table: list[dict[str, Any]]) -> str:
+    cells = [{"ranker": r["ranker"], "task": r["task"], "measure": r["measure"], "value": round(r["rbench"], 6)}
+             for r in table if r["rbench"] is not None]
+    return json.dumps({"recipe": recipe.name, "profile": profile, "tolerance_percent_points": {
+        k: 100 * v for k, v in recipe.tolerance.items()}, "cells": cells}, indent=2) + "\n"
+
+
+def grade(recipe: Recipe, profile: str, table: list[dict[str, Any]],
+          expected_text: str | None = None) -> dict[tuple[str, str, str], str]:
+    """Each expected cell graded OK / OKish / FAIL against this run (a cell expected but not
+    produced is a FAIL)."""
+    if expected_text is None:
+        path = expected_path(recipe, profile)
+        if not path.is_file():
+            raise RBenchError(f"no expected scores for {recipe.name} ({profile}); write them from a real run with "
+                              f"rbench reproduce {recipe.name} --profile {profile} --save-expected")
+        expected_text = path.read_text(encoding="utf-8")
+    expected = json.loads(expected_text)
+    got = {(r["ranker"], r["task"], r["measure"]): r["rbench"] for r in table}
+    ok, okish = 100 * recipe.tolerance["ok"], 100 * recipe.tolerance["okish"]
+    out = {}
+    for c in expected["cells"]:
+        key = (c["ranker"], c["task"], c["measure"])
+        value = got.get(key)
+        diff = None if value is None else abs(value - float(c["value"]))
+        out[key] = "FAIL" if diff is None else "OK" if diff <= ok else "OKish" if diff <= okish else "FAIL"
+    return out
