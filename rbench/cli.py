@@ -398,6 +398,16 @@ def reproduce_cmd(
     md = reproduce.to_markdown(recipe, profile, rows, grades)
     target = output / f"{recipe.name}-{profile}.md"
     atomic_write_bytes(target, md.encode())
+    figures = []
+    if recipe.kind == "figure" and any(r["rbench"] is not None for r in rows):
+        from rbench.plots import plot_recipe
+
+        figures.append(plot_recipe(f"{recipe.title} ({recipe.paper})", rows, output / f"{recipe.name}-{profile}.png"))
+    from rbench import report
+
+    page = output / f"{recipe.name}-{profile}.html"
+    atomic_write_bytes(page, report.render(recipe.title, f"{recipe.paper} of the LRanker paper; profile {profile}",
+                                           recipe.note, rows, figures, grades).encode())
     table = Table(title=f"{recipe.title} ({recipe.paper}, profile {profile})")
     for col in ("ranker", "task", "measure", "rbench", "paper", "Δ", "run") + (("check",) if grades else ()):
         table.add_column(col, overflow="fold")
@@ -407,7 +417,7 @@ def reproduce_cmd(
                       reproduce._pct(r["paper"]), "–" if r["delta"] is None else f"{r['delta']:+.2f}",
                       escape(r["status"]), *((grades.get(key, "–"),) if grades else ()))
     out.print(table)
-    out.print(f"written: {target}")
+    out.print(f"written: {target}, {page}" + "".join(f", {f}" for f in figures))
     if save_expected:
         path = Path(str(reproduce.expected_path(recipe, profile)))
         atomic_write_bytes(path, reproduce.expected_payload(recipe, profile, rows).encode())

@@ -119,3 +119,36 @@ def plot_training(results_dir: Path, task: str, rankers: list[str], output: Path
             ax.text(0.5, 0.5, "not recorded", ha="center", va="center", transform=ax.transAxes, color="gray")
     fig.tight_layout()
     return _save(plt, fig, output)
+
+
+def plot_recipe(title: str, table: list[dict], output: Path) -> Path:
+    """A reproduced experiment as grouped bars: one panel per measure, tasks on the x axis, one
+    bar per ranker (rbench's value; the paper's as a hollow bar beside it where it has one)."""
+    import numpy as np
+
+    plt = _pyplot()
+    measures = list(dict.fromkeys(r["measure"] for r in table))
+    tasks = list(dict.fromkeys(r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}") for r in table))
+    rankers = list(dict.fromkeys(r["ranker"] for r in table))
+    fig, axes = plt.subplots(1, len(measures), figsize=(max(6, 1.6 * len(tasks) * max(1, len(rankers)) ** 0.5 * 2),
+                                                        4.2), dpi=120, squeeze=False)
+    width = 0.8 / max(1, len(rankers))
+    for ax, measure in zip(axes[0], measures):
+        for i, ranker in enumerate(rankers):
+            mine, paper = [], []
+            for t in tasks:
+                row = next((r for r in table if r["ranker"] == ranker and r["measure"] == measure
+                            and r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}") == t), None)
+                mine.append(np.nan if row is None or row["rbench"] is None else row["rbench"])
+                paper.append(np.nan if row is None or row["paper"] is None else row["paper"])
+            x = np.arange(len(tasks)) + i * width - 0.4 + width / 2
+            bars = ax.bar(x, mine, width * 0.9, label=ranker)
+            if not np.all(np.isnan(paper)):
+                ax.bar(x, paper, width * 0.9, fill=False, edgecolor=bars.patches[0].get_facecolor(), linestyle="--")
+        ax.set_xticks(np.arange(len(tasks)), tasks, rotation=20)
+        ax.set_ylabel(f"{measure} (%)")
+        ax.set_title(measure)
+    axes[0][0].legend(fontsize=7, loc="best")
+    fig.suptitle(title + " (dashed: the paper's number)", fontsize=9)
+    fig.tight_layout()
+    return _save(plt, fig, output)

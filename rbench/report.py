@@ -1,0 +1,44 @@
+"""A reproduced experiment as one self-contained HTML page: its table and its figure inline
+(the PNG as a data URI), no network needed to view it. The page checks its own images once
+loaded and records the outcome on ``<body data-images="...">`` (tests read it in Chromium)."""
+
+from __future__ import annotations
+
+import base64
+import html
+from pathlib import Path
+from typing import Any
+
+CHECK_IMAGES = """<script>
+window.addEventListener("load", function () {
+  var bad = Array.prototype.filter.call(document.images, function (i) { return !i.complete || i.naturalWidth === 0; });
+  document.body.setAttribute("data-images", bad.length ? "missing:" + bad.length : "ok");
+});
+</script>"""
+
+
+def render(title: str, subtitle: str, note: str, table: list[dict[str, Any]], figures: list[Path],
+           grades: dict[tuple[str, str, str], str] | None = None) -> str:
+    """The page's HTML (``figures``: PNG files embedded as data URIs)."""
+    head = ["ranker", "task", "measure", "rbench", "paper", "Δ", "run"] + (["check"] if grades else [])
+    rows = []
+    for r in table:
+        vals = [r["ranker"], r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}"), r["measure"],
+                "–" if r["rbench"] is None else f"{r['rbench']:.2f}", "–" if r["paper"] is None else f"{r['paper']:.2f}",
+                "–" if r["delta"] is None else f"{r['delta']:+.2f}", r["status"]]
+        if grades:
+            vals.append(grades.get((r["ranker"], r["task"], r["measure"]), "–"))
+        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
+    images = "".join(f'<figure><img alt="{html.escape(p.name)}" src="data:image/png;base64,'
+                     f'{base64.b64encode(p.read_bytes()).decode()}"></figure>' for p in figures)
+    return f"""<!doctype html>
+<html lang="en"><head><meta charset="utf-8"><title>{html.escape(title)}</title>
+<style>body{{font-family:system-ui,sans-serif;margin:2em;max-width:1100px}}table{{border-collapse:collapse}}
+td,th{{border:1px solid #ccc;padding:2px 8px;text-align:right}}td:first-child,th:first-child{{text-align:left}}
+img{{max-width:100%}}</style></head>
+<body data-images="pending"><h1>{html.escape(title)}</h1><p>{html.escape(subtitle)}</p><p>{html.escape(note)}</p>
+<table><thead><tr>{"".join(f"<th>{h}</th>" for h in head)}</tr></thead><tbody>{"".join(rows)}</tbody></table>
+{images}
+{CHECK_IMAGES}
+</body></html>
+"""
