@@ -104,6 +104,12 @@ def _measure() -> list[dict]:
     return out
 
 
+def _shown(path: str) -> str:
+    """A results folder as the command would be typed from the repository root."""
+    p = Path(path).resolve()
+    return str(p.relative_to(ROOT)) if p.is_relative_to(ROOT) else str(p)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--results-dir", default=str(ROOT / "results"))
@@ -129,7 +135,7 @@ def main() -> None:
     console = Console()
     console.print(table)
     md = ["# TIGER: cost and metrics", "",
-          f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}; RunRecords from `{args.results_dir}`.", "",
+          f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}; RunRecords from `{_shown(args.results_dir)}`.", "",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows]
     if args.measure:

@@ -159,3 +159,22 @@ class PresetOptions:
     def keep_explicit(self, given: dict[str, Any]) -> None:
         for key, value in given.items():
             setattr(self, key, value)
+
+    @classmethod
+    def row_label(cls, name: str, config: dict[str, Any]) -> str:
+        """A table row's name from a config: the preset, then every option that differs from
+        what the preset (or, outside it, the default) sets; an option the preset sets is shown
+        when it differs from the preset's value (an explicit ``--set x=<paper value>`` on top of
+        a preset is another model)."""
+        implied = cls.PRESETS.get(str(config.get("preset", "")), {})
+        parts = [f"preset={config['preset']}"] if implied else []
+        for f in dataclasses.fields(cls):  # type: ignore[arg-type]
+            if f.name == "preset" or f.name not in config:
+                continue
+            base = implied[f.name] if f.name in implied else field_default(f)
+            value = config[f.name]
+            if value == base or (isinstance(base, tuple) and list(base) == value):
+                continue
+            text = str(value).lower() if isinstance(value, bool) else str(value)
+            parts.append(f"{f.name}={text.rstrip('/').rsplit('/', 1)[-1]}")
+        return name + (f" ({', '.join(parts)})" if parts else "")

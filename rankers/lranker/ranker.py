@@ -206,25 +206,9 @@ class LRankerRanker(BaseRanker):
     def label_for(cls, config: dict[str, Any]) -> str:
         """Table row name from a RunRecord's config: the preset, the ablation switches and any
         other option that differs from the paper (beyond what the preset sets)."""
-        from dataclasses import fields
+        from .config import LRankerConfig
 
-        from .config import CPU_PRESET, LRankerConfig
-
-        implied = CPU_PRESET if config.get("preset") == "cpu" else {}
-        parts = [f"preset={config['preset']}"] if config.get("preset", "paper") != "paper" else []
-        for f in fields(LRankerConfig):
-            if f.name == "preset" or f.name not in config:
-                continue
-            default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
-            value = config[f.name]
-            # an option the preset sets is shown when it differs from the preset's value (an explicit
-            # --set similarity=dot on top of preset=cpu is a different model, even if it is the paper's)
-            base = implied[f.name] if f.name in implied else default
-            if value == base or (isinstance(base, tuple) and list(base) == value):
-                continue
-            text = str(value).lower() if isinstance(value, bool) else str(value)
-            parts.append(f"{f.name}={text.rstrip('/').rsplit('/', 1)[-1]}")
-        return "lranker" + (f" ({', '.join(parts)})" if parts else "")
+        return LRankerConfig.row_label("lranker", config)
 
     def fit(self, task: TaskData) -> None:
         import torch

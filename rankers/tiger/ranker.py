@@ -161,6 +161,11 @@ class TigerRanker(BaseRanker):
         self._batch: Queries | None = None
         self._cached: Any = None
 
+    @property
+    def label(self) -> str:
+        """The table row's name: the preset and what differs from it (not every option it sets)."""
+        return TigerOptions.row_label("tiger", self.config)
+
     # ---------------------------------------------------------------------------- setup
 
     @property
