@@ -14,7 +14,6 @@ the methods, so ``rbench rankers`` stays instant.
 
 from __future__ import annotations
 
-import dataclasses
 import hashlib
 import json
 import sys
