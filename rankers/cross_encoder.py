@@ -201,10 +201,6 @@ def sample_training_pairs(task: TaskData, n_queries: int, negatives: int, mode: 
                      "hard_depth": depth, "train_queries_used": len(rows)}
 
 
-def trainable_params(model: Any) -> int:
-    return int(sum(p.numel() for p in model.parameters() if p.requires_grad))
-
-
 # ------------------------------------------------------------------------------------ ranker
 
 

@@ -43,7 +43,6 @@ Choices the paper and code leave open, written down:
 
 from __future__ import annotations
 
-import copy
 import functools
 import time
 from dataclasses import dataclass
@@ -53,13 +52,13 @@ import numpy as np
 
 from rankers.routers import (
     DEFAULT_MODEL,
+    BestEpoch,
     QueryEncodingRouter,
     budget,
     gather,
     outcomes_of,
     pool_columns,
-    reciprocal_ranks,
-    routed_objective,
+    valid_measures,
 )
 from rbench.api import Pool, Queries, TaskData
 from rbench.errors import RBenchError
@@ -230,8 +229,7 @@ class GraphRouterRanker(QueryEncodingRouter):
             vobj = vout.objective()
             vbest = vout.best()
         curve: list[dict[str, Any]] = []
-        best: tuple[Any, ...] = ()
-        best_state = None
+        kept = BestEpoch()
         for epoch in range(1, cfg.epochs + 1):
             self.net.train()
             opt.zero_grad()
@@ -252,21 +250,15 @@ class GraphRouterRanker(QueryEncodingRouter):
             if len(valid):
                 s_llm = self._scores(v_emb, v_task)
                 s = gather(s_llm, np.arange(n_llm), valid.candidates)
-                point["valid_MRR"] = round(float(reciprocal_ranks(s, valid.candidates, valid.positives).mean()), 6)
-                point["valid_objective"] = round(routed_objective(s, vobj), 6)
+                point.update(valid_measures(s, valid, vobj))
                 onehot = (valid.candidates == vbest[:, None]).astype(np.float64)
                 point["valid_loss"] = round(float(np.mean(np.logaddexp(0, s) - onehot * s)), 6)
-                key = (point["valid_MRR"], point["valid_objective"], -epoch)
-                if not best or key > best:
-                    best = key
-                    best_state = copy.deepcopy(self.net.state_dict())
+                kept.offer(point, epoch, self.net)
             point["seconds"] = round(time.perf_counter() - t0, 3)
             curve.append(point)
-        if best_state is not None:
-            self.net.load_state_dict(best_state)
-        best_epoch = -best[2] if best else cfg.epochs
+        best_epoch = kept.restore(self.net, cfg.epochs)
         wall = time.perf_counter() - t0
-        selection = (f"best valid MRR of {len(curve)} epoch evaluations, epoch {best_epoch}" if best
+        selection = (f"best valid MRR of {len(curve)} epoch evaluations, epoch {best_epoch}" if kept.key
                      else f"last epoch ({cfg.epochs}; no valid split)")
         n_params = sum(p.numel() for p in self.net.parameters() if p.requires_grad)
         self.info = {"training_curve": curve, "best_epoch": best_epoch, "n_train": n, "n_tasks": len(tasks),

@@ -86,6 +86,33 @@ def routed_objective(scores: np.ndarray, objective: np.ndarray) -> float:
     return float(objective[np.arange(len(scores)), scores.argmax(axis=1)].mean()) if len(scores) else 0.0
 
 
+def valid_measures(scores: np.ndarray, valid: Queries, objective: np.ndarray) -> dict[str, float]:
+    """What selection on valid reads: the valid MRR of the positives and the mean objective of the
+    routed (top-1) LLM, rounded as the curves record them."""
+    return {"valid_MRR": round(float(reciprocal_ranks(scores, valid.candidates, valid.positives).mean()), 6),
+            "valid_objective": round(routed_objective(scores, objective), 6)}
+
+
+class BestEpoch:
+    """The epoch selection on valid keeps: best valid MRR, then valid objective, then the earlier
+    epoch; its weights are held in memory and put back at the end."""
+
+    def __init__(self) -> None:
+        self.key: tuple[float, float, int] | None = None
+        self.state: Any = None
+
+    def offer(self, point: dict[str, Any], epoch: int, module: Any) -> None:
+        key = (point["valid_MRR"], point["valid_objective"], -epoch)
+        if self.key is None or key > self.key:
+            self.key, self.state = key, copy.deepcopy(module.state_dict())
+
+    def restore(self, module: Any, last_epoch: int) -> int:
+        """Load the kept weights into ``module``; the kept epoch (``last_epoch`` without valid)."""
+        if self.state is not None:
+            module.load_state_dict(self.state)
+        return -self.key[2] if self.key else last_epoch
+
+
 def pool_columns(fit_ids: np.ndarray, pool: Pool) -> np.ndarray:
     """Column of each pool candidate in the trained LLM order (-1: unseen in training)."""
     where = {str(x): i for i, x in enumerate(fit_ids)}
@@ -215,9 +242,7 @@ class RouterKNNRanker(QueryEncodingRouter):
             cols = np.arange(n_llm)
             for k in grid:
                 s = gather(self._by_llm(vemb, k), cols, task.valid.candidates)
-                curve.append({"k": k, "valid_MRR": round(float(reciprocal_ranks(s, task.valid.candidates,
-                                                                                  task.valid.positives).mean()), 6),
-                              "valid_objective": round(routed_objective(s, vobj), 6)})
+                curve.append({"k": k, **valid_measures(s, task.valid, vobj)})
             best = max(curve, key=lambda p: (p["valid_MRR"], p["valid_objective"], -p["k"]))
             self.k = int(best["k"])
             selection = (f"k={self.k} of {len(grid)} values by valid MRR "
@@ -370,8 +395,7 @@ class RouterClfRanker(BaseRanker):
             opt, lambda s: (s + 1) / warm if s < warm else max(0.0, (total - s) / max(1, total - warm)))
         gen = torch.Generator().manual_seed(seed)
         curve: list[dict[str, Any]] = []
-        best: tuple[Any, ...] = ()
-        best_state = None
+        kept = BestEpoch()
         steps = 0
         for epoch in range(1, self.cfg.epochs + 1):
             self.model.train()
@@ -393,12 +417,8 @@ class RouterClfRanker(BaseRanker):
                                      "valid_objective": None}
             if len(valid):
                 s = gather(self._predict(vtexts), np.arange(n_llm), valid.candidates)
-                point["valid_MRR"] = round(float(reciprocal_ranks(s, valid.candidates, valid.positives).mean()), 6)
-                point["valid_objective"] = round(routed_objective(s, vobj), 6)
-                key = (point["valid_MRR"], point["valid_objective"], -epoch)
-                if not best or key > best:
-                    best = key
-                    best_state = copy.deepcopy(self.model.state_dict())
+                point.update(valid_measures(s, valid, vobj))
+                kept.offer(point, epoch, self.model)
             point["seconds"] = round(time.perf_counter() - t0, 3)
             curve.append(point)
             if getattr(self.context, "show_progress", False):
@@ -406,11 +426,9 @@ class RouterClfRanker(BaseRanker):
 
                 print(f"  router-clf epoch {epoch}: loss {point['train_loss']:.4f} valid MRR "
                       f"{point['valid_MRR']} ({point['seconds']:.0f}s)", file=sys.stderr, flush=True)
-        if best_state is not None:
-            self.model.load_state_dict(best_state)
-        best_epoch = -best[2] if best else self.cfg.epochs
+        best_epoch = kept.restore(self.model, self.cfg.epochs)
         wall = time.perf_counter() - t0
-        selection = (f"best valid MRR of {len(curve)} epoch evaluations, epoch {best_epoch}" if best
+        selection = (f"best valid MRR of {len(curve)} epoch evaluations, epoch {best_epoch}" if kept.key
                      else f"last epoch ({self.cfg.epochs}; no valid split)")
         n_params = sum(p.numel() for p in params)
         self.info = {"training_curve": curve, "best_epoch": best_epoch, "n_train": len(train),

@@ -409,13 +409,10 @@ def reproduce_cmd(
     atomic_write_bytes(page, report.render(recipe.title, f"{recipe.paper} of the LRanker paper; profile {profile}",
                                            recipe.note, rows, figures, grades).encode())
     table = Table(title=f"{recipe.title} ({recipe.paper}, profile {profile})")
-    for col in ("ranker", "task", "measure", "rbench", "paper", "Δ", "run") + (("check",) if grades else ()):
+    for col in report.header(bool(grades)):
         table.add_column(col, overflow="fold")
-    for r in rows:
-        key = (r["ranker"], r["task"], r["measure"])
-        table.add_row(escape(r["ranker"]), r["task"], r["measure"], reproduce._pct(r["rbench"]),
-                      reproduce._pct(r["paper"]), "–" if r["delta"] is None else f"{r['delta']:+.2f}",
-                      escape(r["status"]), *((grades.get(key, "–"),) if grades else ()))
+    for row in report.cells(rows, grades):
+        table.add_row(*(escape(c) for c in row))
     out.print(table)
     out.print(f"written: {target}, {page}" + "".join(f", {f}" for f in figures))
     if save_expected:

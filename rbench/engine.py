@@ -467,7 +467,7 @@ def evaluate(
         step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
-        heap: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the fused scan's top-k
+        carried: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the fused scan's top-k
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
@@ -492,10 +492,10 @@ def evaluate(
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
-                if heap is None:  # fp64 scores hold fp32 ones exactly
-                    heap = (np.full((B, topk), -np.inf), np.full((B, topk), -1, dtype=np.int64),
+                if carried is None:  # (scores, pool indices, sizes); fp64 holds fp32 scores exactly
+                    carried = (np.full((B, topk), -np.inf), np.full((B, topk), -1, dtype=np.int64),
                             np.zeros(B, dtype=np.int64))
-                h, e, fin = fused.scan(s, a, spc, excluded_here, *heap)
+                h, e, fin = fused.scan(s, a, spc, excluded_here, *carried)
                 # the kernel counted the positives like any candidate: take their own part back
                 rr, cc = np.nonzero(pos_ok & (pos >= a) & (pos < a + C))
                 v = s[rr, pos[rr, cc] - a][:, None]
@@ -524,8 +524,8 @@ def evaluate(
                 _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 break
-        if heap is not None and topk:  # the fused scan's heaps (slots beyond a row's size: -1/-inf)
-            top.idx, top.val = heap[1], heap[0]
+        if carried is not None and topk:  # the fused scan's top-k (slots beyond a row's size: -1/-inf)
+            top.idx, top.val = carried[1], carried[0]
         if top.idx is not None:
             w = top.idx.shape[1]
             top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))

@@ -46,7 +46,7 @@ def _kernel() -> Any:
 
 def scan(s: np.ndarray, a: int, thr: np.ndarray, count_finite: bool, hv: np.ndarray, hi: np.ndarray,
          hn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``), updating the top-k heaps
+    """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``), updating the carried top-k
     ``hv``/``hi``/``hn`` (B x k scores, pool indices, sizes) in place. Returns higher, equal
     (B x P, the positives' own contribution included) and finite counts (B)."""
     thr = np.ascontiguousarray(thr, dtype=s.dtype)

@@ -17,18 +17,29 @@ window.addEventListener("load", function () {
 </script>"""
 
 
+def header(graded: bool) -> list[str]:
+    return ["ranker", "task", "measure", "rbench", "paper", "Δ", "run"] + (["check"] if graded else [])
+
+
+def cells(table: list[dict[str, Any]], grades: dict[tuple[str, str, str], str] | None = None) -> list[list[str]]:
+    """A reproduced table's rows as text cells (values in %, Δ signed, – where there is none), the
+    same for the Markdown file, the console and the HTML page."""
+    out = []
+    for r in table:
+        row = [r["ranker"], r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}"), r["measure"],
+               "–" if r["rbench"] is None else f"{r['rbench']:.2f}", "–" if r["paper"] is None else f"{r['paper']:.2f}",
+               "–" if r["delta"] is None else f"{r['delta']:+.2f}", r["status"]]
+        if grades:
+            row.append(grades.get((r["ranker"], r["task"], r["measure"]), "–"))
+        out.append(row)
+    return out
+
+
 def render(title: str, subtitle: str, note: str, table: list[dict[str, Any]], figures: list[Path],
            grades: dict[tuple[str, str, str], str] | None = None) -> str:
     """The page's HTML (``figures``: PNG files embedded as data URIs)."""
-    head = ["ranker", "task", "measure", "rbench", "paper", "Δ", "run"] + (["check"] if grades else [])
-    rows = []
-    for r in table:
-        vals = [r["ranker"], r["task"] + ("" if r["variant"] == "original" else f"~{r['variant']}"), r["measure"],
-                "–" if r["rbench"] is None else f"{r['rbench']:.2f}", "–" if r["paper"] is None else f"{r['paper']:.2f}",
-                "–" if r["delta"] is None else f"{r['delta']:+.2f}", r["status"]]
-        if grades:
-            vals.append(grades.get((r["ranker"], r["task"], r["measure"]), "–"))
-        rows.append("<tr>" + "".join(f"<td>{html.escape(str(v))}</td>" for v in vals) + "</tr>")
+    head = header(bool(grades))
+    rows = ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells(table, grades)]
     images = "".join(f'<figure><img alt="{html.escape(p.name)}" src="data:image/png;base64,'
                      f'{base64.b64encode(p.read_bytes()).decode()}"></figure>' for p in figures)
     return f"""<!doctype html>
