@@ -73,3 +73,18 @@ def test_smoke_check_passes_against_the_committed_scores(capsys, tmp_path):
     assert "| pop | ml-100k | MRR | 4.26 | – | – | written | OK |" in md
     code, out, _ = cli(capsys, *args)  # again: every run is kept, not redone
     assert code == 0 and out.count("│ kept") == 8 and "│ written" not in out
+
+
+def test_a_malformed_recipe_is_one_line_naming_the_file():
+    import pytest
+
+    from rbench.errors import DataError
+
+    for text, why in (("title = ", "not valid TOML"), ('title = "t"\npaper = "p"\nkind = "table"', "missing 'runs'"),
+                      ('title = "t"\npaper = "p"\nkind = "plot"\nruns = []', "kind must be table or figure"),
+                      ('title = "t"\npaper = "p"\nkind = "table"\n[[runs]]\nranker = "bm25"', "needs 'ranker' and 'tasks'"),
+                      ('title = "t"\npaper = "p"\nkind = "table"\n[[runs]]\nranker = "bm25"\ntasks = ["x"]\n'
+                       'profiles = ["gpu"]', "unknown profile 'gpu'")):
+        with pytest.raises(DataError, match=why) as err:
+            reproduce._parse("bad", text, "rbench/data/recipes/bad.toml")
+        assert "bad.toml" in str(err.value)
