@@ -71,38 +71,87 @@ def _bytes(n: int) -> str:
 
 @data_app.command("download")
 def download_cmd(
-    task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
+    task: Optional[str] = typer.Argument(None, help="Task name (see `rbench tasks`); or --all."),
+    all_tasks: bool = typer.Option(False, "--all", help="Every task with a public download, one progress display; "
+                                   "the total size is shown before it starts."),
     force: bool = typer.Option(False, "--force", help="Discard cached downloads and fetch again."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Fetch a task's public files (checksummed, resumable) and install them into its raw folder."""
     from rbench import sources
-    from rbench.tasks.registry import get_task
+    from rbench.tasks.registry import get_task, list_tasks
 
-    spec = get_task(task)
-    files = sources.remote_files(spec)
+    if (task is None) == (not all_tasks):
+        raise RBenchError("rbench data download: name one TASK or pass --all (not both)")
+    specs = [spec for spec in list_tasks() if spec.downloads] if all_tasks else [get_task(task or "")]
+    if not all_tasks:
+        sources.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
+    planned = sources.plan_downloads(specs)
+    if all_tasks:
+        _print_download_plan(planned, force)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet)
+    to_fetch = [p for p in planned if force or not p.cached]
+    known = sum(p.size or 0 for p in to_fetch)
+    overall = progress.add_task(f"all: {len(to_fetch)} files", total=known or None) if all_tasks else None
 
-    def bar(rf: sources.RemoteFile):
+    def bar(rf: sources.RemoteFile) -> sources.Progress:
         tid = progress.add_task(rf.filename, total=rf.size)
+        seen = [0]  # bytes of this file already added to the overall bar
 
         def update(done: int, total: int | None) -> None:
             progress.update(tid, completed=done, total=total)
+            if overall is not None:
+                progress.advance(overall, done - seen[0])
+                seen[0] = done
 
         return update
 
+    failed: list[str] = []
     with progress:
-        raw = sources.download_task(spec, force=force, progress=bar)
-    manifest_path = sources.downloads_dir(task) / "manifest.json"
+        for spec in specs:
+            try:
+                raw = sources.download_task(spec, force=force, progress=bar)
+            except RBenchError as exc:
+                if not all_tasks:
+                    raise
+                failed.append(f"{spec.name}: {exc}")
+                continue
+            _print_downloaded(spec, raw)
+    for line in failed:
+        err.print(f"[red]failed[/red] {escape(line)}", soft_wrap=True, highlight=False)
+    if failed:
+        raise typer.Exit(2)
+
+
+def _print_download_plan(planned: list[Any], force: bool) -> None:
+    """What ``--all`` will fetch, with sizes, and the total, before the first byte."""
+    table = Table(title="rbench data download --all")
+    for col in ("task", "file", "size", "state"):
+        table.add_column(col, justify="right" if col == "size" else "left")
+    for p in planned:
+        state = "cached (checked, not fetched)" if p.cached and not force else "to fetch"
+        table.add_row(p.task, p.file.filename, _bytes(p.size) if p.size is not None else "unknown", state)
+    out.print(table)
+    fetch = [p for p in planned if force or not p.cached]
+    unknown = sum(p.size is None for p in fetch)
+    total = _bytes(sum(p.size or 0 for p in fetch))
+    out.print(f"to fetch: {len(fetch)} of {len(planned)} files, {total}"
+              + (f" + {unknown} of unknown size" if unknown else ""), highlight=False)
+
+
+def _print_downloaded(spec: TaskSpec, raw: Path) -> None:
+    from rbench import sources
+
+    manifest_path = sources.downloads_dir(spec.name) / "manifest.json"
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    for rf in files:
+    for rf in spec.downloads:
         m = manifest.get(rf.filename, {})
         pin = "checked" if rf.sha256 else "none published; the first one seen is recorded and must hold"
         out.print(f"{rf.filename}: {_bytes(m.get('size', 0))}, sha256 {m.get('sha256', '?')} ({pin})",
                   soft_wrap=True, highlight=False)
     out.print(f"installed into {raw}", soft_wrap=True, highlight=False)
-    out.print(f"next: rbench data prepare {task}", highlight=False)
+    out.print(f"next: rbench data prepare {spec.name}", highlight=False)
 
 
 # --------------------------------------------------------------------------------------------

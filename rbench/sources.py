@@ -43,8 +43,11 @@ sha256 values are pinned where a public source gives them: MovieLens 1M's archiv
 published alongside GroupLens' own MD5 ``c4d9eecfca2ab87c1945afe126590906``) and the two ESCI
 parquet files (the sha256 ``oid`` of their Git LFS pointers in amazon-science/esci-data at
 commit 7e0e307, whose raw URLs are pinned to that commit). No checksum is published for the
-Amazon 2014 review files (``rec-toy``, ``rec-music``) and 2023 ones (``rec-clothing``): their
-``sha256`` stays ``None`` (nothing to pin it from, and no network here to fetch one).
+Amazon 2014 review files (``rec-toy``, ``rec-music``) and 2023 ones (``rec-clothing``), for
+GraphRouter's ``router_data.csv`` (a Google Drive file) and ``LLM_Descriptions.json`` (pinned to a
+repository commit), nor for MS MARCO v1.1's Hugging Face parquet files (Hugging Face's LFS oid is
+their sha256, but it cannot be read from this offline build machine): their ``sha256`` stays
+``None``.
 For them, and for any other unpinned file, the first sha256 seen is recorded in
 ``downloads/<task>/manifest.json`` (and printed) and from then on acts as the pin: a cached copy
 whose sha256 differs from it (damaged on disk) is fetched again with a note; a fetch that yields a
@@ -55,7 +58,8 @@ records the new sha256 (the old one as ``previous_sha256``) and says so. Losing 
 (deleted, or unreadable, which is said) loses what was recorded: the next download records
 afresh. A cached file whose size differs from a known ``RemoteFile.size`` is fetched again.
 A file that turns out to be a Git LFS pointer (what ``raw.githubusercontent.com`` serves for LFS
-files) is refused with a clear message.
+files) or an HTML page where a data file was expected (Google Drive's virus-scan confirmation for
+large files, a login wall) is deleted and refused with a clear message; the next mirror is tried.
 
 Archives
 --------
@@ -288,15 +292,26 @@ class ResumableDownloader:
 
 
 
-def _check_not_lfs_pointer(path: Path, url: str) -> None:
-    if path.stat().st_size < 1024:
-        with open(path, "rb") as fh:
-            if fh.read(len(LFS_POINTER_PREFIX)) == LFS_POINTER_PREFIX:
-                path.unlink()
-                raise DownloadError(f"{url} returned a Git LFS pointer, not the file; use the "
-                                    "github.com/<owner>/<repo>/raw/... URL (it redirects to the LFS object)")
+def _not_the_file(path: Path, url: str, rf: RemoteFile, task: str) -> str | None:
+    """Why the bytes at ``path`` are a stand-in rather than the file (None when they look right).
+
+    Two stand-ins come back with status 200 and would otherwise be recorded as the file's first
+    sha256: a Git LFS pointer (``raw.githubusercontent.com`` for LFS files) and an HTML page where
+    a data file was expected (Google Drive's "can't scan this file for viruses" confirmation, a
+    login wall, a hosting error page)."""
+    with open(path, "rb") as fh:
+        head = fh.read(1024)
+    if head.startswith(LFS_POINTER_PREFIX) and path.stat().st_size < 1024:
+        return (f"{url} returned a Git LFS pointer, not the file; use the "
+                "github.com/<owner>/<repo>/raw/... URL (it redirects to the LFS object)")
+    if not rf.filename.lower().endswith((".html", ".htm")) and _HTML_START.match(head):
+        return (f"{url} returned an HTML page, not {rf.filename} (a confirmation page, a login wall or an "
+                f"error page of the host); download it in a browser and use `rbench data prepare {task} "
+                "--from DIR`")
+    return None
 
 
+_HTML_START = re.compile(rb"\s*(<!doctype\s+html|<html)", re.IGNORECASE)
 _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 
@@ -399,7 +414,11 @@ def _fetch(task: str, folder: Path, rf: RemoteFile, *, force: bool, progress: Pr
             continue
         if cached and downloader.called:
             warnings.warn(f"{target}: the cached copy did not match its sha256 {known}; fetched again", stacklevel=2)
-        _check_not_lfs_pointer(got, url)
+        stand_in = _not_the_file(got, url, rf, task)
+        if stand_in is not None:
+            got.unlink()
+            errors.append(stand_in)
+            continue
         _record(folder, manifest, rf, url, got, known, fetched=downloader.called)
         return got
     if len(errors) == 1:
@@ -579,6 +598,52 @@ def install(task: str, files: list[tuple[RemoteFile, Path]]) -> Path:
             for entry in sorted(tmp.iterdir()):
                 atomic_replace(entry, raw / entry.name)
     return raw
+
+
+@dataclass(frozen=True)
+class PlannedFile:
+    """One file of ``rbench data download --all``: its size (pinned, recorded by an earlier
+    download, or what the server answers to HEAD; None when nothing says) and whether a copy is
+    already in the download cache (``fetch`` still checks it)."""
+
+    task: str
+    file: RemoteFile
+    size: int | None
+    cached: bool
+
+
+def remote_size(rf: RemoteFile, timeout: float = 10.0) -> int | None:
+    """The file's size from its first URL that answers HEAD with a Content-Length (redirects
+    followed, no content decoding), or None: sizes are shown before a download, never trusted
+    for checking (the sha256 and the transfer's own length do that)."""
+    import requests
+
+    for url in rf.urls:
+        try:
+            r = requests.head(url, allow_redirects=True, timeout=timeout, headers={"Accept-Encoding": "identity"})
+        except requests.RequestException:
+            continue
+        length = r.headers.get("Content-Length")
+        if r.ok and length and length.isdigit() and "text/html" not in r.headers.get("Content-Type", ""):
+            return int(length)
+    return None
+
+
+def plan_downloads(specs: list[TaskSpec], probe: Callable[[RemoteFile], int | None] = remote_size
+                   ) -> list[PlannedFile]:
+    """Every downloadable file of ``specs`` with its size, for the total shown before ``--all``
+    starts. A cached file counts with its cached size and is not probed."""
+    planned = []
+    for spec in specs:
+        folder = downloads_dir(spec.name)
+        manifest = _read_manifest(folder) if folder.is_dir() else {}
+        for rf in spec.downloads:
+            target = folder / rf.filename
+            cached = target.is_file()
+            size = rf.size or (target.stat().st_size if cached else None) \
+                or _recorded(manifest, rf.filename).get("size") or probe(rf)
+            planned.append(PlannedFile(spec.name, rf, size, cached))
+    return planned
 
 
 def download_task(spec: TaskSpec, *, force: bool = False,

@@ -42,6 +42,16 @@ class Server:
             def log_message(self, *args) -> None:
                 pass
 
+            def do_HEAD(self) -> None:  # noqa: N802  (the size shown before `download --all`)
+                server.log.append({"path": self.path, "method": "HEAD"})
+                if self.path not in server.files:
+                    self.send_error(404)
+                    return
+                self.send_response(200)
+                if self.path not in server.no_length:
+                    self.send_header("Content-Length", str(len(server.files[self.path])))
+                self.end_headers()
+
             def do_GET(self) -> None:  # noqa: N802
                 path = self.path
                 server.log.append({"path": path, "range": self.headers.get("Range"),
@@ -441,8 +451,8 @@ def test_download_task_installs_archives_extracted_and_files_linked(server, monk
 def test_tasks_without_a_public_url_say_how_to_get_the_data():
     from rbench.tasks.registry import get_task
 
-    with pytest.raises(RBenchError, match="no direct public download.*routing-balance --from"):
-        sources.remote_files(get_task("routing-balance"))
+    with pytest.raises(RBenchError, match="no direct public download.*pip install"):
+        sources.remote_files(get_task("ml-100k"))
     with pytest.raises(RBenchError, match="did you mean"):
         get_task("rec-moive")
 
@@ -451,7 +461,7 @@ def test_source_table_is_well_formed():
     from rbench.tasks.registry import TASKS
 
     table = {name: spec.downloads for name, spec in TASKS.items() if spec.downloads}
-    assert {"rec-movie", "esci", "rec-toy", "rec-clothing", "rec-music"} <= set(table)
+    assert {"rec-movie", "esci", "rec-toy", "rec-clothing", "rec-music", "msmarco", "routing-balance"} <= set(table)
     for files in table.values():
         assert len({f.filename for f in files}) == len(files)
         for rf in files:

@@ -629,6 +629,18 @@ _ESCI_COMMIT = "7e0e3073f5ca36c0b5ff79e847cf99a74597645d"
 _ESCI = f"https://github.com/amazon-science/esci-data/raw/{_ESCI_COMMIT}/shopping_queries_dataset"
 _ESCI_MAIN = "https://github.com/amazon-science/esci-data/raw/main/shopping_queries_dataset"
 
+# MS MARCO v1.1 as the Hugging Face dataset ``microsoft/ms_marco`` serves it (one parquet file per
+# split; the ``test`` split has no labels and is not fetched). Hugging Face pins a file by the
+# revision in its URL; no revision sha can be looked up from this offline build machine, so the
+# URL names ``MSMARCO_REVISION`` (one constant to pin) and the first sha256 seen is recorded and
+# refuses a silent change afterwards (``rbench.sources``), as for the Amazon files.
+MSMARCO_REVISION = "main"
+_MSMARCO_HF = f"https://huggingface.co/datasets/microsoft/ms_marco/resolve/{MSMARCO_REVISION}/v1.1"
+MSMARCO_FILES = tuple(
+    RemoteFile(f"ms_marco_v1.1_{split}.parquet", (f"{_MSMARCO_HF}/{split}-00000-of-00001.parquet",),
+               note=f"MS MARCO v1.1 QnA {split} split (Hugging Face parquet); no published checksum")
+    for split in ("train", "validation"))
+
 MSMARCO_SPEC = TaskSpec(
     name="msmarco",
     title="MS MARCO",
@@ -639,10 +651,10 @@ MSMARCO_SPEC = TaskSpec(
     paper_candidates=24697,
     paper_queries=3038,
     sources=(Source("MS MARCO v1.1 QnA / passage ranking", "https://microsoft.github.io/msmarco/",
-                    "MS MARCO terms: non-commercial research"),),
+                    "MS MARCO terms: non-commercial research", files=MSMARCO_FILES),),
     license="MS MARCO terms (non-commercial research)",
-    how_to_get="rbench data prepare msmarco --from DIR (v1.1 parquet/jsonl, or collection.tsv + "
-    "queries.tsv + qrels)",
+    how_to_get="rbench data download msmarco, or rbench data prepare msmarco --from DIR (v1.1 parquet/jsonl, "
+    "or collection.tsv + queries.tsv + qrels)",
     paper_row=5,
     donates=("mixed", "shift", "scaled"),
 )

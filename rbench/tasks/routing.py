@@ -56,7 +56,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench import paths
-from rbench.api import Pool, Queries, Source, TaskData, TaskSpec
+from rbench.api import Pool, Queries, RemoteFile, Source, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError, did_you_mean
 from rbench.tasks.family import TaskFamily
 from rbench.tasks.kit import QueryTable, assemble, locate, not_present, split_labels
@@ -397,6 +397,23 @@ def routing_outcomes(queries: Queries) -> RoutingOutcomes:
                            scenario=str(raw["scenario"]))
 
 
+# GraphRouter's released data: ``router_data.csv`` is on Google Drive (the link in its README; the
+# ``drive.usercontent`` form with ``confirm=t`` skips the virus-scan page large files get), the
+# LLM descriptions are ``configs/LLM_Descriptions.json`` in its repository, pinned to a commit.
+# Neither publishes a checksum: the first sha256 seen is recorded and must hold.
+GRAPHROUTER_COMMIT = "0edfb8758d45acd93c8029354867ffb49bb8a97f"
+_GRAPHROUTER_DRIVE_ID = "1YYn-BV-5s2amh6mKLqKMR0H__JB-CKU4"
+ROUTING_FILES = (
+    RemoteFile("router_data.csv",
+               (f"https://drive.usercontent.google.com/download?id={_GRAPHROUTER_DRIVE_ID}&export=download&confirm=t",
+                f"https://drive.google.com/uc?export=download&confirm=t&id={_GRAPHROUTER_DRIVE_ID}"),
+               note="GraphRouter router_data.csv (Google Drive link of its README); no published checksum"),
+    RemoteFile("LLM_Descriptions.json",
+               (f"https://raw.githubusercontent.com/ulab-uiuc/GraphRouter/{GRAPHROUTER_COMMIT}/configs/"
+                "LLM_Descriptions.json",),
+               note=f"GraphRouter's LLM descriptions at commit {GRAPHROUTER_COMMIT[:7]}; no published checksum"),
+)
+
 SPEC = TaskSpec(
     name="routing-balance",
     title="Routing-Balance",
@@ -406,9 +423,11 @@ SPEC = TaskSpec(
     "0.5*effect - 0.5*normalised cost (GraphRouter's balance scenario).",
     paper_candidates=20,
     paper_queries=1620,
-    sources=(Source("GraphRouter router_data.csv", "https://github.com/ulab-uiuc/GraphRouter", "MIT"),),
+    sources=(Source("GraphRouter router_data.csv", "https://github.com/ulab-uiuc/GraphRouter", "MIT",
+                    files=ROUTING_FILES),),
     license="MIT (GraphRouter)",
-    how_to_get="rbench data prepare routing-balance --from DIR (router_data.csv [+ model descriptions])",
+    how_to_get="rbench data download routing-balance, or rbench data prepare routing-balance --from DIR "
+    "(router_data.csv [+ model descriptions])",
     paper_row=2,
 )
 
