@@ -873,7 +873,8 @@ SPECS: tuple[RecSpec, ...] = (
         sources=(Source("Amazon Toys and Games 5-core + metadata (2014)", _AMAZON14, _AMAZON_LICENSE,
                         files=_amazon14_files("Toys_and_Games")),),
         license=_AMAZON_LICENSE,
-        how_to_get="rbench data prepare rec-toy --from DIR (reviews_Toys_and_Games_5.json.gz + "
+        how_to_get="rbench data download rec-toy, or rbench data prepare rec-toy --from DIR "
+        "(reviews_Toys_and_Games_5.json.gz + "
         "meta_Toys_and_Games.json.gz, or RecBole Amazon_Toys_and_Games.inter/.item)",
         paper_row=4,
         donates=("mixed", "shift", "scaled"),
