@@ -17,11 +17,19 @@ window.addEventListener("load", function () {
 </script>"""
 
 
+GradeKey = tuple[str, str, str, str]  # (ranker label, task, variant, measure)
+
+
+def grade_key(row: dict[str, Any]) -> GradeKey:
+    """The one key of a reproduced cell, for grading and for showing its grade."""
+    return (row["ranker"], row["task"], row.get("variant", "original"), row["measure"])
+
+
 def header(graded: bool) -> list[str]:
     return ["ranker", "task", "measure", "rbench", "paper", "Δ", "run"] + (["check"] if graded else [])
 
 
-def cells(table: list[dict[str, Any]], grades: dict[tuple[str, str, str], str] | None = None) -> list[list[str]]:
+def cells(table: list[dict[str, Any]], grades: dict[GradeKey, str] | None = None) -> list[list[str]]:
     """A reproduced table's rows as text cells (values in %, Δ signed, – where there is none), the
     same for the Markdown file, the console and the HTML page."""
     out = []
@@ -30,13 +38,13 @@ def cells(table: list[dict[str, Any]], grades: dict[tuple[str, str, str], str] |
                "–" if r["rbench"] is None else f"{r['rbench']:.2f}", "–" if r["paper"] is None else f"{r['paper']:.2f}",
                "–" if r["delta"] is None else f"{r['delta']:+.2f}", r["status"]]
         if grades:
-            row.append(grades.get((r["ranker"], r["task"], r["measure"]), "–"))
+            row.append(grades.get(grade_key(r), "–"))
         out.append(row)
     return out
 
 
 def render(title: str, subtitle: str, note: str, table: list[dict[str, Any]], figures: list[Path],
-           grades: dict[tuple[str, str, str], str] | None = None) -> str:
+           grades: dict[GradeKey, str] | None = None) -> str:
     """The page's HTML (``figures``: PNG files embedded as data URIs)."""
     head = header(bool(grades))
     rows = ["<tr>" + "".join(f"<td>{html.escape(v)}</td>" for v in row) + "</tr>" for row in cells(table, grades)]

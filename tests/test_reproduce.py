@@ -55,9 +55,9 @@ def test_grades_ok_okish_fail():
     expected = {"cells": [{"ranker": "pop", "task": "ml-100k", "measure": "MRR", "value": v}
                           for v in (4.26, 4.5)] + [{"ranker": "bm25", "task": "ml-100k", "measure": "MRR", "value": 1}]}
     graded = reproduce.grade(recipe, "cpu", table, json.dumps({"cells": expected["cells"][:1]}))
-    assert graded == {("pop", "ml-100k", "MRR"): "OK"}
+    assert graded == {("pop", "ml-100k", "original", "MRR"): "OK"}
     assert reproduce.grade(recipe, "cpu", table, json.dumps({"cells": expected["cells"][1:2]})) == {
-        ("pop", "ml-100k", "MRR"): "OKish"}
+        ("pop", "ml-100k", "original", "MRR"): "OKish"}
     near = [{**expected["cells"][0], "value": 4.3}]
     assert set(reproduce.grade(recipe, "cpu", table, json.dumps({"cells": near})).values()) == {"OK"}
     far = [{**expected["cells"][0], "value": 5.0}, expected["cells"][2]]  # off, and never produced
@@ -88,3 +88,61 @@ def test_a_malformed_recipe_is_one_line_naming_the_file():
         with pytest.raises(DataError, match=why) as err:
             reproduce._parse("bad", text, "rbench/data/recipes/bad.toml")
         assert "bad.toml" in str(err.value)
+
+
+def fake_record(task: str, ranker: str, fit_s: float, score_s: float, n_train: int, n_test: int, pool: int):
+    return SimpleNamespace(task=task, ranker={"name": ranker}, timings={"fit_s": fit_s, "score_s": score_s},
+                           task_info={"n_train": n_train, "n_valid": 0, "pool_size": pool}, n_queries=n_test)
+
+
+def test_estimates_come_from_measured_throughput(monkeypatch, tmp_path):
+    import rbench.results
+
+    recs = [fake_record("ml-100k", "bm25", 10.0, 2.0, 100, 50, 1000),
+            fake_record("ml-100k", "bm25", 30.0, 9.0, 100, 50, 1000),  # a slower run: the fastest is used
+            fake_record("rec-music", "pop", 1.0, 1.0, 10, 10, 20)]
+    monkeypatch.setattr(rbench.results, "load_records", lambda root: [(None, r) for r in recs])
+    monkeypatch.setattr(reproduce, "_target_size", lambda task: reproduce.Size(400, 100, 5000, "the paper's counts"))
+    bm25 = reproduce.RecipeRun("bm25", ("ml-100k", "esci"))
+    assert reproduce.estimate(reproduce.Cell(bm25, "ml-100k", "cpu"), tmp_path) == "~12 s"  # measured here
+    # scaled: fit 10 s x 400/100 = 40 s; score 2 s x (100 x 5000) / (50 x 1000) = 20 s
+    assert reproduce.estimate(reproduce.Cell(bm25, "esci", "cpu"), tmp_path) == \
+        "~1.0 min (scaled from ml-100k run; the paper's counts)"
+    never = reproduce.RecipeRun("dense", ("esci",))
+    assert reproduce.estimate(reproduce.Cell(never, "esci", "cpu"), tmp_path) == "unknown (no measured run)"
+
+
+def test_target_size_reads_the_embedded_task_and_the_papers_counts():
+    ml = reproduce._target_size("ml-100k")
+    assert ml is not None and ml.source == "prepared here" and ml.test_queries == 943 and ml.pool > 1000
+    toy = reproduce._target_size("rec-toy")  # not prepared in this test's RBENCH_HOME
+    assert toy == reproduce.Size(19413 - 1941, 1941, 11925, "the paper's counts")
+    assert reproduce._target_size("no-such-task") is None
+
+
+def test_a_cell_whose_data_is_not_here_is_no_data_not_a_pass_or_a_fail():
+    recipe = reproduce.get("smoke")
+    expected = json.dumps({"cells": [
+        {"ranker": "pop", "task": "ml-100k", "variant": "original", "measure": "MRR", "value": 4.26},
+        {"ranker": "pop", "task": "rec-music", "variant": "original", "measure": "MRR", "value": 39.49},
+        {"ranker": "bm25", "task": "rec-music", "variant": "original", "measure": "MRR", "value": 41.13}]})
+    table = [{"ranker": "pop", "task": "ml-100k", "variant": "original", "measure": "MRR", "rbench": 4.26,
+              "status": "kept"},
+             {"ranker": "pop", "task": "rec-music", "variant": "original", "measure": "MRR", "rbench": None,
+              "status": "missing data"},
+             {"ranker": "bm25", "task": "rec-music", "variant": "original", "measure": "MRR", "rbench": None,
+              "status": "failed: boom"}]
+    assert reproduce.grade(recipe, "cpu", table, expected) == {
+        ("pop", "ml-100k", "original", "MRR"): "OK", ("pop", "rec-music", "original", "MRR"): reproduce.NO_DATA,
+        ("bm25", "rec-music", "original", "MRR"): "FAIL"}
+
+
+def test_variants_of_one_ranker_are_graded_apart():
+    recipe = reproduce.get("scalability")
+    rows = [{"ranker": "pop", "task": "ml-100k", "variant": v, "measure": "MRR", "rbench": x, "status": "kept"}
+            for v, x in (("original", 4.26), ("scaled:3000", 4.0))]
+    expected = json.loads(reproduce.expected_payload(recipe, "cpu", rows))
+    assert {c["variant"] for c in expected["cells"]} == {"original", "scaled:3000"}
+    rows[1]["rbench"] = 9.0
+    assert reproduce.grade(recipe, "cpu", rows, json.dumps(expected)) == {
+        ("pop", "ml-100k", "original", "MRR"): "OK", ("pop", "ml-100k", "scaled:3000", "MRR"): "FAIL"}
