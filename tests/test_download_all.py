@@ -17,17 +17,9 @@ from rbench.api import RemoteFile, Source
 from rbench.errors import RBenchError
 from rbench.tasks import registry
 from tests.test_sources import Server, esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
+from tests.test_sources import server  # noqa: F401  (the loopback server fixture, shared)
 from tests.test_tasks_passages import qna_records
 from tests.test_tasks_routing import LLMS, make_rows
-
-
-@pytest.fixture
-def server():
-    s = Server()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
 
 
 def serve_spec_files(monkeypatch, server: Server, name: str, bodies: dict[str, bytes]) -> None:
