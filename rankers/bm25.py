@@ -157,6 +157,7 @@ class BM25Ranker(BaseRanker):
     """BM25 (Okapi idf with rank-bm25's floor by default), sparse scoring through bm25s."""
 
     name = "bm25"
+    transfers = True  # no fit: the index is built on the scored pool
     version = "1"
     description = "BM25 (rank-bm25 BM25Okapi scores, bm25s sparse index); zero-shot lexical"
     Config = BM25Options

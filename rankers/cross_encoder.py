@@ -210,6 +210,7 @@ class PairRanker(BaseRanker):
     ``score_pairs``. ``pairwise = True`` tells the harness the ranker scores pair by pair."""
 
     pairwise = True
+    transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts
     _pool: Pool | None = None
     info: dict[str, Any]
 

@@ -380,6 +380,7 @@ class DenseRanker(BaseRanker):
     """Any bi-encoder: score = <encode(query), encode(candidate)>, candidates cached on disk."""
 
     name = "dense"
+    transfers = True  # no fit: a fixed text encoder
     version = "1"
     description = "any HF / sentence-transformers encoder (bi-encoder, inner product)"
     Config = DenseOptions

@@ -36,6 +36,7 @@ class RandomRanker(BaseRanker):
     """Uniform random scores, reproducible by seed (the expected MRR floor ~ H_N / N)."""
 
     name = "random"
+    transfers = True  # no fit
     version = "1"
     description = "seeded uniform random scores (floor)"
     Config = RandomOptions
@@ -68,6 +69,7 @@ class PopularityRanker(BaseRanker):
     """
 
     name = "pop"
+    transfers = False  # counts keyed on the training pool's item ids
     version = "1"
     description = "training-target frequency (floor for recommendation and routing)"
     Config = PopOptions

@@ -153,6 +153,7 @@ class GraphRouterRanker(QueryEncodingRouter):
     """GraphRouter: edge prediction on the query–task–LLM graph (see the module doc)."""
 
     name = "graphrouter"
+    transfers = False  # LLM nodes of the training pool
     version = "1"
     description = "GraphRouter: GNN over the query-task-LLM graph with (effect, cost) edges; epoch chosen on valid"
     Config = GraphRouterOptions

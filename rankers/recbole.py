@@ -425,6 +425,7 @@ class RecBoleRanker(BaseRanker):
     """A RecBole model trained on the task's training split, scored by inner product."""
 
     name = "recbole"
+    transfers = False  # learned embeddings of the training pool's item ids
     version = "1"
     Config = RecBoleOptions
     domains = ("recommendation",)

@@ -212,6 +212,7 @@ class RouterKNNRanker(QueryEncodingRouter):
     queries (``mode=vote``: their majority vote of the best LLM); k chosen on valid."""
 
     name = "router-knn"
+    transfers = False  # per-LLM outcomes of the training pool
     version = "1"
     description = "kNN router (RouterBench): mean objective of the k nearest training queries; k chosen on valid"
     Config = RouterKNNOptions
@@ -313,6 +314,7 @@ class RouterClfRanker(BaseRanker):
     best LLM; score = logit. The epoch with the best valid MRR is kept."""
 
     name = "router-clf"
+    transfers = False  # one class per training-pool LLM
     version = "1"
     description = "BERT-family classifier of the best LLM (RouterBERT); score = logit; epoch chosen on valid"
     Config = RouterClfOptions

@@ -298,7 +298,10 @@ class TaskData:
 
     ``pool`` is what the test split is ranked against. Variants (mixed, shift, scaled) replace
     ``pool`` and the test queries' indices but keep ``train_pool``/``train``/``valid`` as in the
-    original task, because the paper trains on the original task only.
+    original task, because the paper trains on the original task only. The transfer variant
+    (``from-<task>``) keeps ``spec``, ``pool`` and ``test`` of the task and takes ``train``,
+    ``valid``, ``train_pool`` and ``train_spec`` from the source task: ``fit`` reads
+    ``fit_pool``/``fit_spec`` and so learns only from the source.
     """
 
     spec: TaskSpec
@@ -309,10 +312,16 @@ class TaskData:
     variant: str = "original"
     train_pool: Pool | None = None
     info: dict[str, Any] = field(default_factory=dict)
+    train_spec: TaskSpec | None = None  # the task train/valid come from (transfer variant; None: spec)
 
     @property
     def fit_pool(self) -> Pool:
         return self.train_pool if self.train_pool is not None else self.pool
+
+    @property
+    def fit_spec(self) -> TaskSpec:
+        """The task ``train``/``valid``/``fit_pool`` belong to (what a checkpoint is keyed on)."""
+        return self.train_spec if self.train_spec is not None else self.spec
 
     @property
     def fingerprint(self) -> str:

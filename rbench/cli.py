@@ -133,7 +133,7 @@ def run_cmd(
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`), or "
                                       "path/file.py:Class / module:Class; repeat for several."),
     tasks: list[str] = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`); repeat for several."),
-    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N"),
+    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N | from-TASK (fit on TASK, score this task)"),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value option; task options as task.key=value."),
     seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training."),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate a seeded sample of N test queries."),

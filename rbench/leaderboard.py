@@ -170,7 +170,8 @@ def paper_reference(scenario: str, variant: str,
     text = files("rbench").joinpath("data/paper_reference.csv").read_text()
     for line in text.splitlines()[1:]:
         table, scen, task, var, model, metric, value = line.split(",")
-        if table == want and scen == scenario and task in base:
+        # a pool variant's numbers are in its own table; a transfer's (from-rec-toy) in zeroshot
+        if (table == want or (variant != "original" and var == variant)) and scen == scenario and task in base:
             rows.append((model, base[task], "RR" if metric == "MRR" else metric, float(value)))
     return rows
 

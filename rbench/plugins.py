@@ -29,7 +29,17 @@ class BaseRanker:
     """Convenience base: typed options (``Config``), metadata, no-op ``fit``/``index``.
 
     Subclasses set ``name``, ``version``, ``Config`` (a dataclass whose defaults are the paper's
-    settings) and ``domains`` (the task domains the ranker applies to).
+    settings), ``domains`` (the task domains the ranker applies to) and ``transfers``.
+
+    ``transfers``: whether what ``fit`` learns still means something on another task's pool, so
+    that the ranker may be fitted on one task and scored on another (``--variant from-<task>``,
+    the paper's zero-shot table). The rule: True when the fitted state reads candidates only
+    through their text (zero-shot rankers such as bm25, random, dense; text encoders fine-tuned
+    on the source, such as lranker, cross-encoder, rankllama; tiger, whose semantic IDs come from
+    text embeddings through its fitted quantiser); False when it is keyed on the training pool's
+    own items or labels (learned item embeddings of the RecBole family, popularity counts, a
+    router's per-model classes), which another pool does not have. False is the default, so a
+    plugin that says nothing is refused rather than scored on items it never saw.
     """
 
     name: ClassVar[str] = ""
@@ -37,6 +47,7 @@ class BaseRanker:
     description: ClassVar[str] = ""
     Config: ClassVar[type] = NoOptions
     domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
+    transfers: ClassVar[bool] = False
 
     def __init__(self, config: Any | None = None, context: RunContext | None = None) -> None:
         self.cfg = config if config is not None else self.Config()

@@ -38,6 +38,17 @@ Choices written down:
 5. The small scenario (a 20-item list per query) has no pool to vary: refused.
 6. A lazy text column (a memory-mapped pool) stays lazy: the merged pool then reads texts
    through ``MergedTexts`` instead of copying them.
+
+The transfer variant ``from-<source>`` (the paper's zero-shot Table 5: trained on Rec-Toy, tested
+on Video Games and Software) is the other way round: the test side is the task's own (pool,
+test queries, exclusions, untouched), the fit side is another task's (``train``, ``valid``,
+``train_pool``, ``train_spec`` from the source, loaded by the runner with its default options and
+the run's seed). ``transfer`` only joins the two; which source is allowed (a known task of the
+same domain, not the task itself) and which rankers may be scored that way (``transfers`` on the
+ranker class, ``rbench.plugins.BaseRanker``) is decided when the run is planned
+(``rbench.runner.make_plan``). ``info`` names the source and its fingerprint, and sets
+``original_fingerprint`` to the task's own pool, so a ``from-<source>`` table's Δ is the change
+against the same ranker trained on the task itself.
 """
 
 from __future__ import annotations
@@ -60,7 +71,8 @@ from rbench.errors import RBenchError
 SHIFT_DOMAINS: dict[str, tuple[str, ...]] = {"recommendation": ("recommendation",),
                                              "passage": ("passage", "product"), "product": ("passage", "product")}
 ID_SEP = ":"
-KINDS = ("original", "mixed", "shift", "scaled:N")
+KINDS = ("original", "mixed", "shift", "scaled:N", "from-TASK")
+TRANSFER_PREFIX = "from-"
 
 
 
@@ -85,18 +97,29 @@ class Donors:
 
 @dataclass(frozen=True)
 class Variant:
-    kind: str  # original | mixed | shift | scaled
+    kind: str  # original | mixed | shift | scaled | transfer
     n: int | None = None
+    source: str = ""  # transfer: the task the ranker is fitted on (its name as given)
 
     @property
     def label(self) -> str:
+        if self.kind == "transfer":
+            return f"{TRANSFER_PREFIX}{self.source}"
         return f"scaled:{self.n}" if self.kind == "scaled" else self.kind
 
 
 def parse_variant(text: str) -> Variant:
+    """A variant's text (``--variant``) as a ``Variant``; only the spelling is checked here (a
+    transfer's source task is resolved by the runner, which knows the registry)."""
     raw = (text or "original").strip()
     if raw in ("original", "mixed", "shift"):
         return Variant(raw)
+    if raw.startswith(TRANSFER_PREFIX):
+        source = raw[len(TRANSFER_PREFIX):].strip()
+        if not source:
+            raise RBenchError(f"variant {raw!r}: expected from-TASK, the task the ranker is trained on, "
+                              "e.g. from-rec-toy")
+        return Variant("transfer", source=source)
     m = re.fullmatch(r"scaled[:=]([0-9][0-9_,]*)", raw)
     if m:
         n = int(m.group(1).replace(",", "").replace("_", ""))
@@ -257,11 +280,35 @@ def _draw(label: str, own: Pool, found: dict[str, Pool], n: int, seed: int) -> l
     return out
 
 
+def transfer(data: TaskData, source: TaskData) -> TaskData:
+    """``data``'s test side (pool, test queries) with ``source``'s fit side (train, valid, pool,
+    spec): the transfer variant ``from-<source>`` (module doc). Refuses what would not be a
+    transfer: the task itself, another domain, data that is already a variant."""
+    spec, src = data.spec, source.spec
+    label = f"{TRANSFER_PREFIX}{src.name}"
+    if src.name == spec.name:
+        raise RBenchError(f"variant {label}: the source is the task itself; run --variant original")
+    if src.domain != spec.domain:
+        raise RBenchError(f"variant {label}: {src.name!r} is a {src.domain} task and {spec.name!r} a "
+                          f"{spec.domain} task; transfer needs a source of the same domain")
+    for d in (data, source):
+        if d.train_pool is not None or d.variant not in ("", "original"):
+            raise RBenchError(f"variant {label}: task {d.spec.name!r} is already the {d.variant!r} variant")
+    info = {**data.info, "variant": label, "transfer_source": src.name,
+            "source_fingerprint": source.fingerprint, "source_pool_size": len(source.pool),
+            "original_fingerprint": data.pool.fingerprint}
+    return dataclasses.replace(data, train=source.train, valid=source.valid, train_pool=source.pool,
+                               train_spec=src, variant=label, info=info)
+
+
 def apply_variant(data: TaskData, variant: Variant | str, seed: int, donors: Donors | None = None) -> TaskData:
-    """``data`` with its test pool replaced by the variant (parsed, or its text; module doc)."""
+    """``data`` with its test pool replaced by the variant (parsed, or its text; module doc).
+    The transfer variant needs its source's data: ``transfer``."""
     v = variant if isinstance(variant, Variant) else parse_variant(variant)
     if v.kind == "original":
         return data
+    if v.kind == "transfer":
+        raise RBenchError(f"variant {v.label}: the source task's data is needed (rbench.pools.transfer)")
     spec = data.spec
     if data.train_pool is not None or data.variant not in ("", "original"):
         raise RBenchError(f"task {spec.name!r} is already the {data.variant!r} variant")

@@ -194,7 +194,9 @@ def cache_key(name: str, version: str, config: Any, data: TaskData, variant: str
 
     payload = {"v": CACHE_VERSION, "name": name, "version": str(version), "config": plain_config(config),
                "fingerprint": data.fingerprint, "variant": variant, "depth": depth, "seed": seed,
-               "queries": _queries_digest(data.test)}
+               "queries": _queries_digest(data.test),
+               # a transfer's stage 1 is fitted on its source: that data counts too
+               **({"source": data.info.get("source_fingerprint")} if data.train_spec is not None else {})}
     return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
 
 

@@ -1,9 +1,10 @@
 """One benchmark run, end to end: plan -> load task -> variant -> fit -> score -> RunRecord.
 
 The CLI parses strings into ``RunOptions``; ``make_plan`` resolves them once into a ``RunPlan`` (the
-task, its typed options, the ranker class and typed config, the parsed variant, the scoring mode,
-the processes of a launched run) and ``execute`` carries that plan out. Nothing below the plan
-re-reads a name, re-parses an option or re-imports a plugin. ``run`` is both, for the Python API.
+task, its typed options, the ranker class and typed config, the parsed variant and, for a transfer
+``from-<task>``, its source task, the scoring mode, the processes of a launched run) and
+``execute`` carries that plan out. Nothing below the plan re-reads a name, re-parses an option or
+re-imports a plugin. ``run`` is both, for the Python API.
 
 Scoring has one road (``score``): an embedding ranker's candidate and query vectors are computed
 once and handed to the mode that ranks them (one process, or ``ray_shards`` Ray tasks) and to
@@ -154,6 +155,7 @@ class RunPlan(RunSettings):
     rerank: Any = None  # rbench.rerank.RerankPlan: the two-stage protocol (None: an ordinary run)
     ranker_source: str = "entry-point"  # where the class came from (RankerRef.source)
     ranker_obj: Any = None  # a ready-made ranker object handed in from Python (used as it is)
+    source: Task | None = None  # the transfer variant's source task (fitted on; None: the task itself)
 
     @property
     def spec(self) -> TaskSpec:
@@ -211,10 +213,17 @@ def _task_key(task: str, variant: Variant) -> str:
     return task if variant.label in ("", "original") else f"{task}~{variant.label}"
 
 
-def apply_variant(data: TaskData, variant: Variant, seed: int) -> TaskData:
+def apply_variant(data: TaskData, variant: Variant, seed: int, source: Task | None = None) -> TaskData:
+    """``data`` as the variant: a pool variant gets the registry's donors; a transfer gets its
+    source task (``source``, resolved by ``make_plan``; else resolved here) loaded with its default
+    options and the run's seed (the model is the one the source's own runs fit)."""
     if variant.kind == "original":
         return data
     from rbench import pools
+
+    if variant.kind == "transfer":
+        task = source if source is not None else transfer_source(variant, resolve(data.spec.name))
+        return pools.transfer(data, load(task, task.options(None), seed))
     from rbench.tasks.registry import BUILTIN, donor_pool
 
     donors = pools.Donors(tuple(t.spec for t in BUILTIN.values()), donor_pool(seed))
@@ -255,10 +264,46 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
         raise RBenchError("--ann measures an embedding ranker's exact scan; it does not apply with --rerank-from")
     settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
     config = None if ref.instance is not None else ranker_config(cls, ranker_sets, ref.name)
+    variant = parse_variant(opts.variant)
+    source = None
+    if variant.kind == "transfer":
+        source = transfer_source(variant, task)
+        stages: list[tuple[str, type]] = [(ref.name, cls)]
+        if rerank is not None and rerank.ranker_cls is not None:  # stage 1 is fitted on the source too
+            stages.append((rerank.stage_name, rerank.ranker_cls))
+        for name, stage_cls in stages:
+            _require_transfers(name, stage_cls, variant, spec)
     return RunPlan(task=task, task_options=task.options(task_sets), ranker=ref.name, ranker_cls=cls,
-                   ranker_config=config, variant=parse_variant(opts.variant), world=world, rerank=rerank,
-                   ranker_source=ref.source, ranker_obj=ref.instance,
+                   ranker_config=config, variant=variant, world=world, rerank=rerank,
+                   ranker_source=ref.source, ranker_obj=ref.instance, source=source,
                    **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def transfer_source(variant: Variant, task: Task) -> Task:
+    """The source task of ``from-<source>``: a known task (else "did you mean"), not the task
+    itself, of the same domain (its queries are rendered in the same prompt template and its
+    items are the same kind of thing). One line each."""
+    try:
+        source = resolve(variant.source)
+    except RBenchError as exc:
+        raise RBenchError(f"variant {variant.label}: {exc}") from exc
+    spec = task.spec
+    if source.name == spec.name:
+        raise RBenchError(f"variant {variant.label}: the source is the task itself; for a ranker fitted "
+                          f"on {spec.name!r} use --variant original")
+    if source.spec.domain != spec.domain:
+        raise RBenchError(f"variant {variant.label}: {source.name!r} is a {source.spec.domain} task and "
+                          f"{spec.name!r} a {spec.domain} task; transfer needs a source of the same domain")
+    return source
+
+
+def _require_transfers(name: str, cls: type, variant: Variant, spec: TaskSpec) -> None:
+    """A ranker whose fit is keyed on the training pool's own items cannot score another pool
+    (``BaseRanker.transfers``): refused before any data is loaded."""
+    if not getattr(cls, "transfers", False):
+        raise RBenchError(f"ranker {name!r} cannot be fitted on {variant.source!r} and scored on {spec.name!r} "
+                          f"(--variant {variant.label}): what its fit learns is keyed on the training pool's own "
+                          "items (ids, counts or labels), which the other pool does not have (transfers = False)")
 
 
 def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
@@ -320,13 +365,14 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     t0 = time.perf_counter()
     step = progress(f"loading {spec.name}", 1)
     data = load(plan.task, plan.task_options, seed=plan.seed)
-    data = apply_variant(data, plan.variant, plan.seed)
+    data = apply_variant(data, plan.variant, plan.seed, plan.source)
     max_queries = _sample_size(plan.max_queries, len(data.test))
     data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
     step(1)
     if plan.write and world.main and plan.overwrite != "always":
-        kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint)
+        kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint,
+                         data.info.get("source_fingerprint"))
         if kept is not None:
             return kept
 
@@ -424,10 +470,11 @@ def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int 
     return {k: v for k, v in diff.items() if v not in ({}, None, 0)}
 
 
-def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str) -> RunOutcome | None:
+def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
+              source_fingerprint: str | None = None) -> RunOutcome | None:
     """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
     (``never``: whenever it exists; ``only-missing``: when its effective config, task fingerprint
-    and rbench version are this run's); None: run."""
+    (and a transfer's source fingerprint) and rbench version are this run's); None: run."""
     import rbench
 
     path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
@@ -441,6 +488,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str) -> RunOutco
     except RBenchError:
         return None  # a damaged record is replaced
     same = (rec.task_fingerprint == fingerprint and rec.rbench_version == rbench.__version__
+            and rec.task_info.get("source_fingerprint") == source_fingerprint
             and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
             # what this run would add and the record lacks (a run file, an ANN measurement): run
             and (bool(rec.run_file) or plan.topk == 0)

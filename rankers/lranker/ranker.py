@@ -74,6 +74,7 @@ def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
 
 class LRankerRanker(BaseRanker):
     name = "lranker"
+    transfers = True  # LoRA + projector over texts; K-means/TTS read the scored pool
     version = CODE_VERSION
     description = ("LRanker: LLM dual encoder with a K-means soft prompt of the candidate pool and "
                    "graph-based test-time scaling (paper's model; --set preset=cpu for CPUs)")
@@ -191,11 +192,12 @@ class LRankerRanker(BaseRanker):
         tr = task.train
         key = {"config": self.cfg.training_key(), "seed": self.seed, "code": CODE_VERSION,
                "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
-               "task": task.spec.name, "pool": task.fit_pool.fingerprint or task.fit_pool.name,
+               "task": task.fit_spec.name, "pool": task.fit_pool.fingerprint or task.fit_pool.name,
                "train": _digest(tr.positives.offsets, tr.positives.values,
                                 tr.history.values if tr.history is not None else None,
                                 tr.candidates, str(len(tr)))}
-        return Path(self.context.cache_dir) / "lranker" / f"{task.spec.name}-{config_hash(key, 16)}"
+        # the task fitted on (a transfer run reuses its source's checkpoint)
+        return Path(self.context.cache_dir) / "lranker" / f"{task.fit_spec.name}-{config_hash(key, 16)}"
 
     @property
     def label(self) -> str:
@@ -321,7 +323,7 @@ class LRankerRanker(BaseRanker):
 
         # the same key means the same checkpoint: a writer that finishes second keeps the first one's
         with atomic_dir(ckpt, replace=False) as tmp:
-            model.save(tmp, {"train": report.__dict__, "config": self.cfg.training_key(), "task": task.spec.name,
+            model.save(tmp, {"train": report.__dict__, "config": self.cfg.training_key(), "task": task.fit_spec.name,
                              "seed": self.seed})
             if self._agg.pca is not None:
                 from safetensors.numpy import save_file

@@ -141,6 +141,7 @@ class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
 
     name = "tiger"
+    transfers = True  # unseen items get IDs from the fitted quantiser (text embeddings)
     version = "1"
     description = "TIGER generative retrieval (semantic IDs + T5), exact likelihood of every candidate"
     Config = TigerOptions
@@ -246,7 +247,7 @@ class TigerRanker(BaseRanker):
         torch.set_num_threads(threads)  # scikit-learn's thread limiter can leave torch's count changed
         self.vocab = Vocab(tuple([c.codebook_size] * c.levels + [self.sids.collision_size]), c.user_buckets)
         self._fit_pool, self._fit_tokens = pool, self.vocab.tokens(self.sids.codes)
-        self._task_name = task.spec.name
+        self._task_name = task.fit_spec.name  # the fitted pool's task (its id prefix in variant pools)
         self._set_pool(pool, self._fit_tokens)
         torch.manual_seed(self.seed)
         self.model = self._build_model()

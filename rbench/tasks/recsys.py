@@ -1,5 +1,6 @@
 """Sequential recommendation tasks: ml-100k (embedded), Rec-Movie, Rec-Toy, Rec-Clothing (the
-full-catalogue protocol) and Rec-Music (the same sequences, 20-item lists).
+full-catalogue protocol), Rec-Music (the same sequences, 20-item lists) and the zero-shot targets
+Video Games and Software (the paper's Table 5).
 
 The exact rule, applied identically to every recommendation task (the paper gives the window
 length and leave-one-out; the rest is RecBole's standard practice and written down here):
@@ -53,9 +54,23 @@ Per task (choices the paper leaves open, and why):
   lists. No exclusion (each query ranks only its own list). Inputs: Amazon CDs and Vinyl
   (2014/2018 5-core json.gz + meta) or any RecBole atomic dataset (one ``*.inter``, optional
   ``.item`` with the same stem; its ``name`` column is the title for Last.fm).
-- Amazon-derived pools (toy, clothing, music) are the items in the interactions after
-  de-duplication and ``k_core``, before the ``min_interactions`` user filter (that filter is an
-  evaluation requirement, not a change of the dataset). MovieLens and ml-100k keep rule 5.
+- ``video-games`` and ``software`` (Amazon Reviews 2023 ``Video_Games`` / ``Software``; paper
+  25,600 / 94,800 and 17,600 / 146,400). Not tasks of the paper's Table 2 (``paper_row`` None):
+  the paper trains on Rec-Toy and tests on them zero-shot (``--variant from-rec-toy``,
+  ``rbench.pools``). The paper's counts are those of the McAuley lab's 5-core subsets of the
+  two categories (users = queries, items = candidates), while ``rbench data download`` fetches
+  the raw review files (``<cat>.jsonl.gz`` + ``meta_<cat>.jsonl.gz``, as for rec-clothing): so
+  these tasks default to ``task.k_core=5`` (``FiveCoreOptions``; iterative, users and items,
+  after the (user, item, timestamp) de-duplication). The pool is the items left by the 5-core,
+  and every 5-core user has the 3 interactions leave-one-out needs, so each user is one test
+  query. ``task.k_core=0`` reads the raw files unfiltered. Not yet checked on the real files:
+  the counts rbench gets may differ a little from the paper's rounded ones (how the published
+  subsets treat repeated reviews of an item is not documented); ``TaskData.info`` and the
+  RunRecord's ``pool_size``/``n_queries`` say what was read.
+- Amazon-derived pools (toy, clothing, music, video games, software) are the items in the
+  interactions after de-duplication and ``k_core``, before the ``min_interactions`` user filter
+  (that filter is an evaluation requirement, not a change of the dataset). MovieLens and
+  ml-100k keep rule 5.
 - Where several input layouts are present, the original release files win over RecBole atomic
   files; ``data_status`` names the layout it will read.
 - ``TaskData.info`` reports what reading did: rows read, duplicates dropped, users dropped for
@@ -116,6 +131,14 @@ class SmallListOptions:
                           self.k_core).validate()
         if self.negatives < 1:
             raise RBenchError("task.negatives must be >= 1")
+
+
+@dataclass
+class FiveCoreOptions(SequentialOptions):
+    """The sequential protocol on raw Amazon Reviews 2023 files whose paper counts are the 5-core
+    subset's (video-games, software): ``k_core`` defaults to 5 (module doc)."""
+
+    k_core: int = 5
 
 
 Options = SequentialOptions | SmallListOptions
@@ -767,6 +790,7 @@ class RecSpec(TaskSpec):
 
     layouts: tuple[Layout, ...] = ()
     pool_rule: Literal["all", "interacted"] = "interacted"
+    options_type: type | None = None  # its ``--set task.*`` dataclass (None: by scenario)
 
 
 _AMAZON14 = "https://cseweb.ucsd.edu/~jmcauley/datasets/amazon/links.html"
@@ -795,6 +819,15 @@ def _amazon23_files(cat: str) -> tuple[RemoteFile, ...]:
                                             f"{_AMZ23_MIRROR}/meta_categories/meta_{cat}.jsonl.gz"),
                    note="Amazon Reviews 2023 item metadata; no published checksum"),
     )
+
+
+def _amazon23_layout(cat: str) -> Layout:
+    return Layout("amazon23", "Amazon Reviews 2023", (f"{cat}.jsonl.gz", f"{cat}.jsonl"),
+                  (f"meta_{cat}.jsonl.gz", f"meta_{cat}.jsonl"))
+
+
+def _amazon23_atomic(cat: str) -> Layout:
+    return Layout("atomic", "RecBole atomic", (f"{cat}.inter", f"Amazon_{cat}.inter"), ("{stem}.item",))
 
 
 def _amazon14_layout(cat: str) -> Layout:
@@ -897,12 +930,41 @@ SPECS: tuple[RecSpec, ...] = (
         "meta_Clothing_Shoes_and_Jewelry.jsonl.gz, or RecBole atomic)",
         paper_row=7,
         donates=("scaled",),
-        layouts=(Layout("amazon23", "Amazon Reviews 2023",
-                        ("Clothing_Shoes_and_Jewelry.jsonl.gz", "Clothing_Shoes_and_Jewelry.jsonl"),
-                        ("meta_Clothing_Shoes_and_Jewelry.jsonl.gz", "meta_Clothing_Shoes_and_Jewelry.jsonl")),
-                 Layout("atomic", "RecBole atomic",
-                        ("Clothing_Shoes_and_Jewelry.inter", "Amazon_Clothing_Shoes_and_Jewelry.inter"),
-                        ("{stem}.item",))),
+        layouts=(_amazon23_layout("Clothing_Shoes_and_Jewelry"), _amazon23_atomic("Clothing_Shoes_and_Jewelry")),
+    ),
+    RecSpec(
+        name="video-games",
+        title="Video Games (zero-shot target)",
+        scenario="large",
+        domain="recommendation",
+        description="Sequential recommendation on Amazon Reviews 2023 Video_Games (5-core), full catalogue; "
+        "the paper's zero-shot target (trained on Rec-Toy: --variant from-rec-toy).",
+        paper_candidates=25600,
+        paper_queries=94800,
+        sources=(Source("Amazon Reviews 2023: Video_Games", "https://amazon-reviews-2023.github.io/",
+                        _AMAZON_LICENSE, files=_amazon23_files("Video_Games")),),
+        license=_AMAZON_LICENSE,
+        how_to_get="rbench data download video-games, or --from DIR (Video_Games.jsonl.gz + "
+        "meta_Video_Games.jsonl.gz, or RecBole atomic)",
+        layouts=(_amazon23_layout("Video_Games"), _amazon23_atomic("Video_Games")),
+        options_type=FiveCoreOptions,
+    ),
+    RecSpec(
+        name="software",
+        title="Software (zero-shot target)",
+        scenario="large",
+        domain="recommendation",
+        description="Sequential recommendation on Amazon Reviews 2023 Software (5-core), full catalogue; "
+        "the paper's zero-shot target (trained on Rec-Toy: --variant from-rec-toy).",
+        paper_candidates=17600,
+        paper_queries=146400,
+        sources=(Source("Amazon Reviews 2023: Software", "https://amazon-reviews-2023.github.io/",
+                        _AMAZON_LICENSE, files=_amazon23_files("Software")),),
+        license=_AMAZON_LICENSE,
+        how_to_get="rbench data download software, or --from DIR (Software.jsonl.gz + meta_Software.jsonl.gz, "
+        "or RecBole atomic)",
+        layouts=(_amazon23_layout("Software"), _amazon23_atomic("Software")),
+        options_type=FiveCoreOptions,
     ),
 )
 
@@ -935,7 +997,7 @@ def _amazon_task(spec: RecSpec, found: Found, options: Options | None, seed: int
 
 
 class RecommendationFamily(TaskFamily):
-    """Rec-Music, Rec-Movie, Rec-Toy and Rec-Clothing: raw files in ``raw_dir(task)``, read in
+    """Rec-Music, Rec-Movie, Rec-Toy, Rec-Clothing, Video Games and Software: raw files in ``raw_dir(task)``, read in
     whichever of the spec's layouts is found, then the protocol of this module."""
 
     name = "recsys"
@@ -948,7 +1010,8 @@ class RecommendationFamily(TaskFamily):
         return self._specs
 
     def options_type(self, spec: TaskSpec) -> type:
-        return SmallListOptions if spec.scenario == "small" else SequentialOptions
+        declared = spec.options_type if isinstance(spec, RecSpec) else None
+        return declared or (SmallListOptions if spec.scenario == "small" else SequentialOptions)
 
     def check(self, spec: TaskSpec) -> tuple[bool, str]:
         assert isinstance(spec, RecSpec)

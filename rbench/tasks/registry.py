@@ -1,8 +1,8 @@
 """The checked registry of tasks, built from the task families.
 
 Every task is declared once, in its family's module; the registry only collects them, refuses a
-name declared twice, orders them (the embedded default first, then the paper's Table 2 order)
-and resolves a name to a ``Task`` (spec + family) with a "did you mean" for unknown names.
+name declared twice, orders them (the embedded default first, then the paper's Table 2 order, then
+the rest) and resolves a name to a ``Task`` (spec + family) with a "did you mean" for unknown names.
 Bring-your-own tasks (``rbench data import``) are read from disk on each lookup and never shadow
 a built-in name.
 """
@@ -23,8 +23,12 @@ IMPORTED: TaskFamily = imported.FAMILY
 
 
 def _order(task: Task) -> tuple[int, int]:
-    row = task.spec.paper_row
-    return (0, 0) if row is None else (1, row)
+    """The embedded default first, then the paper's Table 2 tasks in its order, then the other
+    built-in tasks (the zero-shot targets) in declaration order."""
+    spec = task.spec
+    if spec.embedded:
+        return (0, 0)
+    return (1, spec.paper_row) if spec.paper_row is not None else (2, 0)
 
 
 def build(families: tuple[TaskFamily, ...]) -> dict[str, Task]:
