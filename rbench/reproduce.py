@@ -150,6 +150,22 @@ class Cell:
     def max_queries(self) -> int | None:
         return self.run.max_queries.get(self.profile)
 
+    @property
+    def fit_task(self) -> str:
+        """The task the ranker learns from: the source of a ``from-TASK`` transfer, else the task."""
+        from rbench.pools import parse_variant
+
+        try:
+            variant = parse_variant(self.run.variant)
+        except RBenchError:
+            return self.task
+        return variant.source if variant.kind == "transfer" else self.task
+
+    @property
+    def data_tasks(self) -> tuple[str, ...]:
+        """Every task whose data the run reads."""
+        return (self.task,) if self.fit_task == self.task else (self.task, self.fit_task)
+
 
 def plan(recipe: Recipe, profile: str) -> list[Cell]:
     if profile not in PROFILES:
@@ -219,11 +235,11 @@ def estimate(cell: Cell, results_dir: Path) -> str:
             (same if rec.task == cell.task else other).append(rec)
     if same:
         return _minutes(min(sum(_measured(r)[:2]) for r in same))
-    target = _target_size(cell.task)
-    if not other or target is None:
+    target, learns_from = _target_size(cell.task), _target_size(cell.fit_task)
+    if not other or target is None or learns_from is None:
         return "unknown (no measured run)"
     fit_s, score_s, was = min((_measured(r) for r in other), key=lambda m: m[0] + m[1])
-    fit = fit_s * target.fit_queries / max(was.fit_queries, 1)
+    fit = fit_s * learns_from.fit_queries / max(was.fit_queries, 1)  # a transfer fits on its source
     score = score_s * (target.test_queries * target.pool) / max(was.test_queries * was.pool, 1)
     return f"{_minutes(fit + score)} (scaled from {was.source}; {target.source})"
 
@@ -240,14 +256,18 @@ def dry_run(recipe: Recipe, profile: str, results_dir: Path) -> list[dict[str, A
 
     rows = []
     for cell in plan(recipe, profile):
-        try:
-            present, how = data_status(cell.task)
-        except RBenchError as exc:
-            present, how = False, " ".join(str(exc).split())
-        how = how.split(" [looked in")[0].removeprefix("not present: ").split(", or ")[0]  # its first way
+        missing = []
+        for task in cell.data_tasks:
+            try:
+                present, how = data_status(task)
+            except RBenchError as exc:
+                present, how = False, " ".join(str(exc).split())
+            if not present:
+                how = how.split(" [looked in")[0].removeprefix("not present: ").split(", or ")[0]  # its first way
+                missing.append(how if task == cell.task else f"{how} (the source)")
         rows.append({"ranker": cell.run.label(profile), "task": cell.task, "variant": cell.run.variant,
-                     "max_queries": cell.max_queries, "data": "present" if present else f"missing: {how}",
-                     "estimate": estimate(cell, results_dir)})
+                     "max_queries": cell.max_queries, "data": "missing: " + "; ".join(missing) if missing else
+                     "present", "estimate": estimate(cell, results_dir)})
     return rows
 
 
@@ -260,7 +280,7 @@ def run(recipe: Recipe, profile: str, results_dir: Path, overwrite: str = "only-
     cells = plan(recipe, profile)
     for cell in cells:
         try:
-            if not data_status(cell.task)[0]:
+            if not all(data_status(task)[0] for task in cell.data_tasks):
                 cell.status = "missing data"
                 continue
             out = run_outcome(cell.run.ranker, cell.task, variant=cell.run.variant, options=cell.options,

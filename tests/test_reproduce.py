@@ -22,8 +22,7 @@ def test_every_experiment_is_a_recipe_naming_known_rankers(capsys):
     for recipe in found.values():
         for run in recipe.runs:
             assert run.ranker in rankers, (recipe.name, run.ranker)
-            if recipe.name != "zeroshot":  # its two tasks are not in rbench yet (the recipe says so)
-                assert set(run.tasks) <= tasks, (recipe.name, run.tasks)
+            assert set(run.tasks) <= tasks, (recipe.name, run.tasks)
     code, out, _ = cli(capsys, "reproduce", "--list")
     assert code == 0 and all(name in out for name in PAPER_EXPERIMENTS)
 
@@ -146,3 +145,21 @@ def test_variants_of_one_ranker_are_graded_apart():
     rows[1]["rbench"] = 9.0
     assert reproduce.grade(recipe, "cpu", rows, json.dumps(expected)) == {
         ("pop", "ml-100k", "original", "MRR"): "OK", ("pop", "ml-100k", "scaled:3000", "MRR"): "FAIL"}
+
+
+def test_a_transfer_cell_needs_the_sources_data_and_fits_at_its_size(monkeypatch, tmp_path):
+    import rbench.results
+
+    run = next(r for r in reproduce.get("zeroshot").runs if r.ranker == "lranker")
+    cell = reproduce.Cell(run, "video-games", "cpu")
+    assert cell.fit_task == "rec-toy" and cell.data_tasks == ("video-games", "rec-toy")
+    rows = reproduce.dry_run(reproduce.get("zeroshot"), "cpu", tmp_path)
+    lr = next(r for r in rows if r["ranker"].startswith("lranker") and r["task"] == "video-games")
+    assert "rbench data download video-games" in lr["data"] and "rec-toy (the source)" in lr["data"]
+    recs = [fake_record("ml-100k", "lranker", 100.0, 10.0, 100, 100, 1000)]
+    monkeypatch.setattr(rbench.results, "load_records", lambda root: [(None, r) for r in recs])
+    sizes = {"rec-toy": reproduce.Size(200, 0, 1, "the paper's counts"),
+             "video-games": reproduce.Size(9999, 100, 1000, "the paper's counts")}
+    monkeypatch.setattr(reproduce, "_target_size", sizes.get)
+    # fit on rec-toy's 200 queries (2 x 100 s), scoring the target's 100 x 1000 (1 x 10 s)
+    assert reproduce.estimate(cell, tmp_path).startswith("~3.5 min (scaled from ml-100k run")
