@@ -468,6 +468,8 @@ def evaluate(
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
         carried: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the fused scan's top-k
+        pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
+        finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
@@ -494,16 +496,10 @@ def evaluate(
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
                 if carried is None:  # (scores, pool indices, sizes); fp64 holds fp32 scores exactly
                     carried = (np.full((B, topk), -np.inf), np.full((B, topk), -1, dtype=np.int64),
-                            np.zeros(B, dtype=np.int64))
-                h, e, fin = fused.scan(s, a, spc, excluded_here, *carried)
-                # the kernel counted the positives like any candidate: take their own part back
-                rr, cc = np.nonzero(pos_ok & (pos >= a) & (pos < a + C))
-                v = s[rr, pos[rr, cc] - a][:, None]
-                np.subtract.at(h, rr, (v > spc[rr]).astype(np.int64))
-                np.subtract.at(e, rr, (v == spc[rr]).astype(np.int64))
-                higher += h
-                equal += e
-                n_ranked[rows] += fin if excluded_here else C
+                               np.zeros(B, dtype=np.int64))
+                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, *carried)
+                if not excluded_here:
+                    finite += C
                 continue
             # positives are compared among themselves below; they are masked out of the chunk
             if cand.ndim == 1:
@@ -524,9 +520,11 @@ def evaluate(
                 _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 break
-        if carried is not None and topk:  # the fused scan's top-k (slots beyond a row's size: -1/-inf)
-            top.idx, top.val = carried[1], carried[0]
-        if top.idx is not None:
+        if carried is not None:  # the fused scan's counts and top-k (already in rank order)
+            n_ranked[rows] += finite
+            if topk:
+                top_idx[rows], top_val[rows] = fused.finish(*carried)
+        elif top.idx is not None:
             w = top.idx.shape[1]
             top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))
         # order among positives: higher score first; ties pessimistically by ascending grade,

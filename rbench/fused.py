@@ -32,26 +32,34 @@ import numpy as np
 
 def enabled() -> bool:
     """Whether the fused kernel is used (numba importable and not switched off)."""
-    return os.environ.get("RBENCH_FUSED", "1") != "0" and _kernel() is not None
+    return os.environ.get("RBENCH_FUSED", "1") != "0" and _kernels() is not None
 
 
 @cache
-def _kernel() -> Any:
+def _kernels() -> Any:
     try:
-        from rbench._fused_kernel import scan
+        from rbench import _fused_kernel
     except ImportError:  # numba is optional at run time: the numpy passes take over
         return None
-    return scan
+    return _fused_kernel
 
 
-def scan(s: np.ndarray, a: int, thr: np.ndarray, count_finite: bool, hv: np.ndarray, hi: np.ndarray,
-         hn: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``), updating the carried top-k
-    ``hv``/``hi``/``hn`` (B x k scores, pool indices, sizes) in place. Returns higher, equal
-    (B x P, the positives' own contribution included) and finite counts (B)."""
+def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
+         equal: np.ndarray, finite: np.ndarray, hv: np.ndarray, hi: np.ndarray, hn: np.ndarray) -> None:
+    """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``). Adds to ``higher``/``equal``
+    (B x P) how many candidates score above / tie with each positive's score ``thr`` (the positives
+    ``pos``, B x P pool indices, -1 for padding, left out), to ``finite`` (B) how many are not -inf
+    (when ``count_finite``), and updates the carried top-k ``hv``/``hi``/``hn`` (B x k scores, pool
+    indices in ascending order, sizes) in place."""
     thr = np.ascontiguousarray(thr, dtype=s.dtype)
-    higher = np.zeros(thr.shape, dtype=np.int64)
-    equal = np.zeros(thr.shape, dtype=np.int64)
-    finite = np.zeros(s.shape[0], dtype=np.int64)
-    _kernel()(np.ascontiguousarray(s), int(a), thr, bool(count_finite), higher, equal, finite, hv, hi, hn)
-    return higher, equal, finite
+    kernels = _kernels()
+    kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite,
+                 hv, hi, hn, kernels.threads())
+
+
+def finish(hv: np.ndarray, hi: np.ndarray, hn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The carried top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
+    out_v = np.empty(hv.shape, dtype=np.float64)
+    out_i = np.empty(hi.shape, dtype=np.int64)
+    _kernels().finish(hv, hi, hn, out_v, out_i)
+    return out_i, out_v

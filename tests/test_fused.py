@@ -53,3 +53,39 @@ def test_scores_rising_with_the_index(monkeypatch):
     np.testing.assert_array_equal(got.topk_index, ref.topk_index)
     np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
     assert got.topk_index[0, 0] == 4999
+
+
+def test_fewer_finite_candidates_than_k(monkeypatch):
+    """Rows left with fewer candidates than k after exclusions (the rest -inf): the top-k is
+    padded with -1 / -inf, n_ranked counts only the finite ones, positives on chunk edges."""
+    rng = np.random.default_rng(7)
+    n_pool = 300
+    table = rng.standard_normal((4, n_pool)).astype(np.float32)
+    keep = [[0, 63, 64], [127, 128, 255], [5], list(range(0, 300, 2))]
+    exclude = [sorted(set(range(n_pool)) - set(k)) for k in keep]
+    queries = make_queries([[63], [128], [5], [298]], exclude=exclude)
+    for chunk in (64, 1000):
+        ref, got = _both(monkeypatch, TableRanker(table), queries, make_pool(n_pool), batch_size=3,
+                         chunk_size=chunk, topk=20)
+        np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
+        np.testing.assert_array_equal(got.n_ranked, ref.n_ranked)
+        np.testing.assert_array_equal(got.topk_index, ref.topk_index)
+        np.testing.assert_array_equal(got.topk_score, ref.topk_score)
+        assert (got.topk_index[2, 1:] == -1).all() and np.isneginf(got.topk_score[2, 1:]).all()
+
+
+def test_dense_scorer_fp32(monkeypatch):
+    """The engine's own GEMM path (fp32 scores, scratch buffer reused between chunks)."""
+    from rbench.engine import vector_scorer
+
+    rng = np.random.default_rng(3)
+    emb = np.round(rng.standard_normal((2000, 16)), 1).astype(np.float32)  # coarse values: ties
+    q = np.round(rng.standard_normal((9, 16)), 1).astype(np.float32)
+    queries = make_queries([rng.choice(2000, 3, replace=False).tolist() for _ in range(9)])
+    scorer = vector_scorer(emb, q, queries, pool_checked=True)
+    for chunk in (300, 4096):
+        ref, got = _both(monkeypatch, None, queries, make_pool(2000), scorer=scorer, batch_size=4,
+                         chunk_size=chunk, topk=50)
+        np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
+        np.testing.assert_array_equal(got.topk_index, ref.topk_index)
+        np.testing.assert_array_equal(got.topk_score, ref.topk_score)
