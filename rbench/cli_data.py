@@ -390,7 +390,7 @@ def qrels_text(queries: Any, pool_ids: Any) -> str:
 def qrels_cmd(
     task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
     split: str = typer.Option("test", "--split", help="train | valid | test"),
-    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N (its pool's ids)"),
+    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N | from-TASK (its pool's ids)"),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (.gz: gzipped); default stdout."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Task option as task.key=value (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and variants (as `rbench run`)."),
