@@ -66,3 +66,15 @@ def pytest_collection_modifyitems(config, items):
     skip = pytest.mark.skip(reason="needs a CUDA GPU (torch.cuda.is_available() is False)")
     for item in cuda_items:
         item.add_marker(skip)
+
+
+@pytest.fixture
+def server():
+    """A loopback HTTP server (``tests.helpers.Server``) for download tests; no real network."""
+    from tests.helpers import Server
+
+    s = Server()
+    s.thread.start()
+    yield s
+    s.httpd.shutdown()
+    s.httpd.server_close()

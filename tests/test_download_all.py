@@ -16,8 +16,8 @@ from rbench import paths, sources
 from rbench.api import RemoteFile, Source
 from rbench.errors import RBenchError
 from rbench.tasks import registry
-from tests.test_sources import Server, esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
-from tests.test_sources import server  # noqa: F401  (the loopback server fixture, shared)
+from tests.helpers import Server
+from tests.test_sources import esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
 from tests.test_tasks_passages import qna_records
 from tests.test_tasks_routing import LLMS, make_rows
 

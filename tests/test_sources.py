@@ -10,9 +10,7 @@ import json
 import os
 import socket
 import tarfile
-import threading
 import zipfile
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pandas as pd
 import pytest
@@ -21,108 +19,6 @@ from rbench import paths, sources
 from rbench.api import RemoteFile
 from rbench.errors import RBenchError
 from rbench.sources import DownloadError, fetch, safe_extract
-
-# --------------------------------------------------------------------------------------------
-# a loopback server with Range support and scripted failures
-# --------------------------------------------------------------------------------------------
-
-
-class Server:
-    def __init__(self) -> None:
-        self.files: dict[str, bytes] = {}
-        self.cut: dict[str, list[int]] = {}  # path -> byte counts after which to drop the connection
-        self.ignore_range: set[str] = set()
-        self.no_validator: set[str] = set()
-        self.no_length: set[str] = set()  # no Content-Length: the body ends when the connection closes
-        self.chunked: set[str] = set()  # Transfer-Encoding: chunked (its last chunk marks the end)
-        self.log: list[dict] = []
-        server = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def log_message(self, *args) -> None:
-                pass
-
-            def do_HEAD(self) -> None:  # noqa: N802  (the size shown before `download --all`)
-                server.log.append({"path": self.path, "method": "HEAD"})
-                if self.path not in server.files:
-                    self.send_error(404)
-                    return
-                self.send_response(200)
-                if self.path not in server.no_length:
-                    self.send_header("Content-Length", str(len(server.files[self.path])))
-                self.end_headers()
-
-            def do_GET(self) -> None:  # noqa: N802
-                path = self.path
-                server.log.append({"path": path, "range": self.headers.get("Range"),
-                                   "if_range": self.headers.get("If-Range")})
-                if path not in server.files:
-                    self.send_error(404)
-                    return
-                body = server.files[path]
-                etag = '"' + hashlib.sha1(body).hexdigest() + '"'
-                start, status = 0, 200
-                rng = self.headers.get("Range")
-                if rng and path not in server.ignore_range:
-                    if_range = self.headers.get("If-Range")
-                    if if_range is None or if_range == etag:
-                        start = int(rng.split("=")[1].split("-")[0])
-                        if start >= len(body):
-                            self.send_response(416)
-                            self.send_header("Content-Range", f"bytes */{len(body)}")
-                            self.end_headers()
-                            return
-                        status = 206
-                chunked = path in server.chunked
-                if chunked:
-                    self.protocol_version = "HTTP/1.1"
-                self.send_response(status)
-                if status == 206:
-                    self.send_header("Content-Range", f"bytes {start}-{len(body) - 1}/{len(body)}")
-                if chunked:
-                    self.send_header("Transfer-Encoding", "chunked")
-                    self.send_header("Connection", "close")
-                elif path not in server.no_length:
-                    self.send_header("Content-Length", str(len(body) - start))
-                if path not in server.no_validator:
-                    self.send_header("ETag", etag)
-                    self.send_header("Accept-Ranges", "bytes")
-                self.end_headers()
-                payload = body[start:]
-                cuts = server.cut.get(path)
-                n = cuts.pop(0) if cuts else None
-                data = payload if n is None else payload[:n]
-                if chunked:
-                    for i in range(0, len(data), 1000):
-                        self.wfile.write(b"%x\r\n%s\r\n" % (len(data[i:i + 1000]), data[i:i + 1000]))
-                    if n is None:
-                        self.wfile.write(b"0\r\n\r\n")
-                else:
-                    self.wfile.write(data)
-                if n is not None:
-                    self.wfile.flush()
-                    self.connection.shutdown(socket.SHUT_RDWR)
-                    self.close_connection = True
-
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.httpd.daemon_threads = True
-        self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02},
-                                       daemon=True)
-
-    def url(self, path: str) -> str:
-        return f"http://127.0.0.1:{self.httpd.server_address[1]}{path}"
-
-    def requests_for(self, path: str) -> list[dict]:
-        return [r for r in self.log if r["path"] == path]
-
-
-@pytest.fixture
-def server():
-    s = Server()
-    s.thread.start()
-    yield s
-    s.httpd.shutdown()
-    s.httpd.server_close()
 
 
 def sha(data: bytes) -> str:
