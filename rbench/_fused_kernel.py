@@ -2,16 +2,21 @@
 is a heavy import). Module level, so that numba's on-disk cache keys them reliably.
 
 Speed notes (2-core AMD Zen 3, numba 0.68): a count written as ``h = int32(h + int32(x > t))``
-vectorises (8 lanes); a float ``max`` reduction does not (LLVM keeps it scalar), so group maxima
-cost about a cycle a score (the first positive's counts ride along with them). Rows are split into one contiguous block per thread,
-so that each thread allocates its collection buffer once per call, not once per row."""
+vectorises (8 lanes); a float ``max`` reduction does not (LLVM keeps it scalar), and neither
+does anything that branches per score. So the top-k is found by comparisons only: a threshold from
+a strided sample of the row, a vectorised pass that flags the scores at or above it (one byte
+each), and a scalar look at the few 32-byte spans of flags that hold any. Rows are split into
+one contiguous block per thread, so that each thread allocates its scratch once per call."""
 
 from __future__ import annotations
 
 import numba
 import numpy as np
+from numba.cpython.unsafe.numbers import trailing_zeros
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
+
+STRIDE = 16  # the threshold's sample: every STRIDE-th score of a chunk row (one per cache line)
 
 
 @numba.njit
@@ -45,29 +50,27 @@ def kth_largest(vals, n, k):
 
 
 @numba.njit
-def keep_best(bv, bi, n, k, hv, hi):
-    """Write the k best of the first n buffer entries (held in ascending pool index) to
-    hv/hi, in the same order: everything above the k-th best score, then the first of those
-    tied with it (the lower pool index wins)."""
+def keep_best(bv, bi, n, k):
+    """Keep, in place, the k best of the first n buffer entries (held in ascending pool index),
+    in the same order: everything above the k-th best score, then the first of those tied with it
+    (the lower pool index wins). Returns (how many are kept, the k-th best score; -inf when
+    n <= k: nothing was dropped)."""
     if n <= k:
-        for i in range(n):
-            hv[i] = bv[i]
-            hi[i] = bi[i]
-        return n
+        return n, -np.inf
     t = kth_largest(bv, n, k)
     room = k
     for i in range(n):
         room -= bv[i] > t
     m = 0
-    for i in range(n):
+    for i in range(n):  # a filter in order: m <= i, so writing in place is safe
         x = bv[i]
         if x > t or (x == t and room > 0):
             if x == t:
                 room -= 1
-            hv[m] = x
-            hi[m] = bi[i]
+            bv[m] = x
+            bi[m] = bi[i]
             m += 1
-    return m
+    return m, t
 
 
 @numba.njit(fastmath=_FAST, inline="always")
@@ -92,26 +95,149 @@ def count_finite(row):
 
 
 @numba.njit(fastmath=_FAST, inline="always")
-def count_max(row, lo, hi, t):
-    """Over row[lo:hi]: how many scores are > t and == t, and their maximum, in one loop. (A float
-    max reduction stays scalar in numba, about 1 cycle a score: measured, the maxima cost the same
-    computed alone, so the first positive's counts ride along for free.)"""
-    h = 0
-    e = 0
-    m = -np.inf
-    for c in range(lo, hi):
-        x = row[c]
-        h += x > t
-        e += x == t
-        m = max(m, x)
-    return h, e, m
+def flag(row, t, strict, fl):
+    """fl[c] = whether row[c] >= t (> t when strict): one byte a score, in lanes (it vectorises)."""
+    if strict:
+        for c in range(row.shape[0]):
+            fl[c] = np.uint8(row[c] > t)
+    else:
+        for c in range(row.shape[0]):
+            fl[c] = np.uint8(row[c] >= t)
+
+
+@numba.njit(fastmath=_FAST, inline="always")
+def flag_count(row, t, strict, fl, p):
+    """``flag`` and ``count_above(row, p)`` in one pass (both vectorise)."""
+    h = np.int32(0)
+    e = np.int32(0)
+    if strict:
+        for c in range(row.shape[0]):
+            x = row[c]
+            fl[c] = np.uint8(x > t)
+            h = np.int32(h + np.int32(x > p))
+            e = np.int32(e + np.int32(x == p))
+    else:
+        for c in range(row.shape[0]):
+            x = row[c]
+            fl[c] = np.uint8(x >= t)
+            h = np.int32(h + np.int32(x > p))
+            e = np.int32(e + np.int32(x == p))
+    return h, e
+
+
+@numba.njit(inline="always")
+def sample_threshold(row, k, sample):
+    """A threshold that about 2k of the row's scores reach: the m-th largest of every STRIDE-th
+    score (m about 1.25 k / STRIDE + 5). The sample is left in sample[:ns] for a second try.
+    Returns (threshold, ns, m); -inf when the row is too short for a sample to mean anything
+    (or holds too few finite scores): then every finite candidate is collected."""
+    C = row.shape[0]
+    ns = C // STRIDE
+    m = (5 * k + 4 * STRIDE - 1) // (4 * STRIDE) + 5
+    if ns < 4 * m:
+        return -np.inf, 0, m
+    top = sample[ns : ns + m]  # the m largest so far, descending (insertion: few are inserted)
+    for j in range(m):
+        top[j] = -np.inf
+    low = top[m - 1]
+    for i in range(ns):
+        x = row[i * STRIDE + STRIDE // 2]
+        sample[i] = x
+        if x > low:
+            j = m - 1
+            while j > 0 and top[j - 1] < x:
+                top[j] = top[j - 1]
+                j -= 1
+            top[j] = x
+            low = top[m - 1]
+    return low, ns, m
+
+
+@numba.njit(inline="always")
+def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
+    """Append (score, pool index) of the flagged scores that reach t (>= t; > t when strict) to
+    the buffer bv/bi (n entries; ascending pool index). The flags are read eight bytes at a time
+    and only non-zero words are looked at. When the buffer is full its k best are kept and t
+    rises to their k-th best (strict from then on: a later candidate tied with it has a higher
+    pool index and loses; the flags, for the old t, are then a superset). tr: a 1-element
+    scratch array of the row's dtype (t in the row's precision: exact, t is one of its scores
+    or -inf). Returns (n, t, strict)."""
+    tr[0] = t
+    tt = tr[0]
+    words = fl.view(np.uint64)
+    cap = bv.shape[0]
+    for q in range(-(-row.shape[0] // 32)):  # (flags past the row's end are zero)
+        if (words[4 * q] | words[4 * q + 1] | words[4 * q + 2] | words[4 * q + 3]) == 0:
+            continue
+        for j in range(4 * q, 4 * q + 4):
+            w = words[j]
+            while w != 0:  # each set byte holds one bit: find them by trailing zeros
+                c = 8 * j + (trailing_zeros(w) >> 3)
+                w &= w - np.uint64(1)
+                x = row[c]
+                if x > tt or (x == tt and not strict):
+                    if n == cap:
+                        n, t = keep_best(bv, bi, n, k)  # (n > 2k here; the new t is >= the old one)
+                        strict = True
+                        tr[0] = t
+                        tt = tr[0]
+                        if not x > tt:
+                            continue
+                    bv[n] = x
+                    bi[n] = a + c
+                    n += 1
+    return n, t, strict
+
+
+@numba.njit(inline="always")
+def flag_rank(row, t, strict, fl, r, thr, higher, equal):
+    """Flag the row's scores against t, counting the first positive's higher/equal on the way."""
+    if thr.shape[1] > 0:
+        h, e = flag_count(row, t, strict, fl, thr[r, 0])
+        higher[r, 0] += h
+        equal[r, 0] += e
+    else:
+        flag(row, t, strict, fl)
+
+
+@numba.njit(inline="always")
+def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal):
+    """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
+    way). n < 0: the row's first chunk; a threshold is estimated from a sample and kept only if
+    at least k scores reach it (so the top-k lies at or above it); otherwise a lower one, then
+    every finite candidate. Later chunks collect what reaches the row's current threshold.
+    Returns (n, t, strict)."""
+    if n >= 0:
+        tr[0] = t
+        flag_rank(row, tr[0], strict, fl, r, thr, higher, equal)
+        return collect(row, a, fl, t, strict, k, bv, bi, n, tr)
+    t, ns, m = sample_threshold(row, k, sample)
+    if t != -np.inf:
+        tr[0] = t
+        flag_rank(row, tr[0], False, fl, r, thr, higher, equal)
+        n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
+        if n >= k:
+            return n, t2, strict
+        t = kth_largest(sample, ns, min(ns, 4 * m))  # unlucky sample: a lower threshold
+        if t != -np.inf:
+            tr[0] = t
+            flag(row, tr[0], False, fl)
+            n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
+            if n >= k:
+                return n, t2, strict
+        tr[0] = -np.inf  # every finite candidate (-inf ones never enter: excluded, or padding)
+        flag(row, tr[0], True, fl)
+    else:
+        tr[0] = -np.inf
+        flag_rank(row, tr[0], True, fl, r, thr, higher, equal)
+    return collect(row, a, fl, -np.inf, True, k, bv, bi, 0, tr)
 
 
 @numba.njit(inline="always")
 def rank_counts(row, r, a, thr, pos, higher, equal, first):
     """Add to higher/equal[r] how many of the chunk's candidates score above / tie with each
-    positive from the first-th on (the earlier ones are counted by the caller), then take back
-    the positives' own contributions (a positive in this chunk is counted like any candidate)."""
+    positive from the first-th on (the earlier ones are counted by the caller), then take back the positives' own contributions (a positive in this chunk is
+    counted like any candidate)."""
     C = row.shape[0]
     P = thr.shape[1]
     for j in range(first, P):
@@ -127,72 +253,33 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
                 equal[r, jj] -= v == thr[r, jj]
 
 
-@numba.njit(inline="always")
-def topk_row(row, a, k, hv, hi, n0, t0, maxima, bv, bi):
-    """Merge the chunk row's candidates into the carried top-k hv/hi (n0 entries, ascending pool
-    index); returns (new size, how many scores are > t0, == t0). Only candidates at or above a
-    lower bound of the chunk's k-th best (the k-th best of its group maxima) and above the carried
-    k-th best are collected."""
-    C = row.shape[0]
-    G = maxima.shape[0]
-    size = -(-C // G) if C > 2 * G else C
-    n_groups = -(-C // size) if C else 0
-    h0 = 0
-    e0 = 0
-    for g in range(n_groups):
-        h, e, maxima[g] = count_max(row, g * size, min(C, (g + 1) * size), t0)
-        h0 += h
-        e0 += e
-    gmin = kth_largest(maxima, n_groups, k) if n_groups >= k and size < C else -np.inf
-    carried = -np.inf
-    strict = n0 >= k  # a full carried top-k: a later candidate must beat its k-th best
-    if strict:
-        carried = hv[0]
-        for i in range(n0):
-            carried = min(carried, hv[i])
-    for i in range(n0):  # carried entries first: they hold lower pool indices
-        bv[i] = hv[i]
-        bi[i] = hi[i]
-    n = n0
-    for g in range(n_groups):
-        m = maxima[g]
-        if m < gmin or (strict and m <= carried):
-            continue
-        for c in range(g * size, min(C, (g + 1) * size)):
-            x = row[c]
-            if (x >= gmin) and ((x > carried) or not strict):
-                bv[n] = x
-                bi[n] = a + c
-                n += 1
-    return keep_best(bv, bi, n, k, hv, hi), h0, e0
-
-
 @numba.njit(parallel=True, cache=True, nogil=True)
-def scan(s, a, thr, pos, want_finite, higher, equal, finite, hv, hi, hn, n_threads):
-    """One pass per row of chunk s (pool indices from a): rank counts into higher/equal, finite
-    counts into finite (when want_finite), the carried top-k hv/hi/hn updated in place."""
+def scan(s, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, n_threads):
+    """One visit per row of chunk s (pool indices from a): rank counts into higher/equal, finite
+    counts into finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before
+    the row's first chunk), threshold bt and strictness bs updated in place."""
     B, C = s.shape
-    P = thr.shape[1]
-    k = hv.shape[1]
     n_blocks = max(1, min(B, n_threads))
-    for t in numba.prange(n_blocks):
-        G = max(4 * k, 256) if k > 0 else 1
-        maxima = np.empty(G, dtype=s.dtype)
-        bv = np.empty(k + C if k > 0 else 0, dtype=hv.dtype)
-        bi = np.empty(k + C if k > 0 else 0, dtype=np.int64)
-        for r in range(t * B // n_blocks, (t + 1) * B // n_blocks):
+    for th in numba.prange(n_blocks):
+        fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)  # whole 32-byte spans, zero past C
+        sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
+        tr = np.empty(1, dtype=s.dtype)
+        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             row = s[r]
             first = 0
-            if k > 0 and P > 0:  # the first positive's counts come with the group maxima
-                hn[r], h0, e0 = topk_row(row, a, k, hv[r], hi[r], hn[r], thr[r, 0], maxima, bv, bi)
-                higher[r, 0] += h0
-                equal[r, 0] += e0
+            if k > 0:
+                bn[r], bt[r], bs[r] = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
+                                               r, thr, higher, equal)
                 first = 1
-            elif k > 0:
-                hn[r], h0, e0 = topk_row(row, a, k, hv[r], hi[r], hn[r], np.inf, maxima, bv, bi)
             rank_counts(row, r, a, thr, pos, higher, equal, first)
             if want_finite:
                 finite[r] += count_finite(row)
+
+
+def buffer_width(k: int) -> int:
+    """The top-k buffer's width per row: k kept, room for k + 256 more before the next compaction
+    """
+    return 2 * k + 256 if k > 0 else 0
 
 
 def threads() -> int:
@@ -200,18 +287,67 @@ def threads() -> int:
     return int(numba.get_num_threads())
 
 
+@numba.njit(inline="always")
+def before(v, i, w, j):
+    """Whether (score v, pool index i) ranks before (w, j): higher score, then lower index."""
+    return v > w or (v == w and i < j)
+
+
+@numba.njit
+def sort_pairs(v, ix, n):
+    """Sort v[:n] / ix[:n] into rank order (quicksort with an explicit stack, insertion sort on
+    short spans; pool indices are distinct, so the order is total and no stability is needed)."""
+    stack = np.empty(128, dtype=np.int64)
+    top = 0
+    lo, hi = 0, n - 1
+    while True:
+        while hi - lo > 16:
+            mid = (lo + hi) // 2
+            pv, pi = v[mid], ix[mid]
+            i, j = lo, hi
+            while i <= j:
+                while before(v[i], ix[i], pv, pi):
+                    i += 1
+                while before(pv, pi, v[j], ix[j]):
+                    j -= 1
+                if i <= j:
+                    v[i], v[j] = v[j], v[i]
+                    ix[i], ix[j] = ix[j], ix[i]
+                    i += 1
+                    j -= 1
+            if j - lo < hi - i:  # push the larger side, go on with the smaller (stack depth <= log2 n)
+                stack[top], stack[top + 1] = i, hi
+                hi = j
+            else:
+                stack[top], stack[top + 1] = lo, j
+                lo = i
+            top += 2
+        for a in range(lo + 1, hi + 1):
+            x, y = v[a], ix[a]
+            b = a - 1
+            while b >= lo and before(x, y, v[b], ix[b]):
+                v[b + 1] = v[b]
+                ix[b + 1] = ix[b]
+                b -= 1
+            v[b + 1] = x
+            ix[b + 1] = y
+        if top == 0:
+            return
+        top -= 2
+        lo, hi = stack[top], stack[top + 1]
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
-def finish(hv, hi, hn, out_v, out_i):
-    """Each row's carried top-k in rank order (score descending; ties: the lower pool index,
-    which comes first in the carried order, so a stable sort keeps it) into out_v/out_i,
-    -inf/-1 beyond a row's size."""
-    B, k = hv.shape
+def finish(bv, bi, bn, k, out_v, out_i):
+    """Each row's top-k in rank order (score descending; ties: the lower pool index) into
+    out_v/out_i, -inf/-1 beyond a row's size (the buffers are left sorted)."""
+    B = bv.shape[0]
     for r in numba.prange(B):
-        n = hn[r]
-        order = np.argsort(-hv[r, :n], kind="mergesort")
+        n, _ = keep_best(bv[r], bi[r], max(bn[r], 0), k)
+        sort_pairs(bv[r], bi[r], n)
         for i in range(n):
-            out_v[r, i] = hv[r, order[i]]
-            out_i[r, i] = hi[r, order[i]]
+            out_v[r, i] = bv[r, i]
+            out_i[r, i] = bi[r, i]
         for i in range(n, k):
             out_v[r, i] = -np.inf
             out_i[r, i] = -1

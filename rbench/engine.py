@@ -467,7 +467,7 @@ def evaluate(
         step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
-        carried: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None  # the fused scan's top-k
+        carried: fused.TopK | None = None  # the fused scan's top-k
         pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
         finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
         for a, cand in _Chunks(batch, pool_range, chunk_size):
@@ -494,10 +494,9 @@ def evaluate(
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
-                if carried is None:  # (scores, pool indices, sizes); fp64 holds fp32 scores exactly
-                    carried = (np.full((B, topk), -np.inf), np.full((B, topk), -1, dtype=np.int64),
-                               np.zeros(B, dtype=np.int64))
-                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, *carried)
+                if carried is None:
+                    carried = fused.TopK(B, topk)
+                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried)
                 if not excluded_here:
                     finite += C
                 continue
@@ -523,7 +522,7 @@ def evaluate(
         if carried is not None:  # the fused scan's counts and top-k (already in rank order)
             n_ranked[rows] += finite
             if topk:
-                top_idx[rows], top_val[rows] = fused.finish(*carried)
+                top_idx[rows], top_val[rows] = fused.finish(carried)
         elif top.idx is not None:
             w = top.idx.shape[1]
             top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))

@@ -13,12 +13,19 @@ results, ties and exclusions included), and falls back to them where numba is no
 
 Conventions (the engine's): the chunk ``s`` holds finite scores, ``-inf`` for excluded
 candidates, and covers pool indices ``a .. a+C-1`` of a shared pool, chunks in ascending order.
-Positives are *not* masked: the kernel counts them like any candidate and the engine subtracts
-their own contribution afterwards, so the top-k sees them as it must. The top-k of each row is
-carried across chunks in a buffer kept in ascending pool index; a later candidate enters only
-with a strictly higher score than the k-th best so far (an equal score never enters: the lower
-pool index wins, as in one selection over everything), and only candidates at or above a lower
-bound of the chunk's k-th best (the k-th best of group maxima) are looked at one by one.
+Positives are *not* masked: the kernel counts them like any candidate and the kernel subtracts
+their own contribution afterwards, so the top-k sees them as it must.
+
+The top-k never sorts or selects over a whole row. A row's first chunk gives a threshold: the
+m-th largest of every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it), kept only if a
+count shows at least k scores reach it (else a lower one from the same sample, else every finite
+candidate). Counting the scores at or above it in blocks of 32 vectorises; only the blocks with a
+non-zero count are looked at, and their candidates appended to a per-row buffer in ascending pool
+index. When the buffer fills, its k best are kept (quickselect; ties: the lower pool index) and
+the threshold rises to their k-th best, strictly from then on: a later candidate tied with it
+has a higher pool index and loses, as in one selection over everything. Since at least k
+candidates reach the threshold, the top-k lies at or above it and the buffer holds it exactly;
+``finish`` keeps the k best and sorts them.
 """
 
 from __future__ import annotations
@@ -44,22 +51,42 @@ def _kernels() -> Any:
     return _fused_kernel
 
 
+class TopK:
+    """Each row's top-k candidates so far, carried across the chunks of one query batch: a
+    buffer of (score, pool index) in ascending pool index, holding every candidate seen that
+    reaches the row's threshold (at least k do, once a threshold is set), and that threshold."""
+
+    def __init__(self, n_rows: int, k: int) -> None:
+        width = _kernels().buffer_width(k)
+        self.k = k
+        self.scores = np.empty((n_rows, width), dtype=np.float64)  # holds fp32 scores exactly
+        self.index = np.empty((n_rows, width), dtype=np.int64)
+        self.size = np.full(n_rows, -1, dtype=np.int64)  # -1: the row has seen no chunk yet
+        self.threshold = np.full(n_rows, -np.inf)
+        self.strict = np.zeros(n_rows, dtype=np.bool_)
+        self.wide = False  # a float64 chunk was seen: thresholds may need fp64 from then on
+
+
 def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
-         equal: np.ndarray, finite: np.ndarray, hv: np.ndarray, hi: np.ndarray, hn: np.ndarray) -> None:
+         equal: np.ndarray, finite: np.ndarray, top: TopK) -> None:
     """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``). Adds to ``higher``/``equal``
-    (B x P) how many candidates score above / tie with each positive's score ``thr`` (the positives
-    ``pos``, B x P pool indices, -1 for padding, left out), to ``finite`` (B) how many are not -inf
-    (when ``count_finite``), and updates the carried top-k ``hv``/``hi``/``hn`` (B x k scores, pool
-    indices in ascending order, sizes) in place."""
+    (B x P) how many candidates score above / tie with each positive's score ``thr`` (in the
+    chunk's precision; the positives ``pos``, B x P pool indices, -1 for padding, left out), to
+    ``finite`` (B) how many are not -inf (when ``count_finite``), and adds the chunk's candidates
+    to ``top``."""
     thr = np.ascontiguousarray(thr, dtype=s.dtype)
+    if s.dtype == np.float64:
+        top.wide = True
+    elif top.wide:  # a threshold taken from fp64 scores may not be an fp32 value: compare in
+        s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
     kernels = _kernels()
-    kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite,
-                 hv, hi, hn, kernels.threads())
+    kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
+                 top.scores, top.index, top.size, top.threshold, top.strict, kernels.threads())
 
 
-def finish(hv: np.ndarray, hi: np.ndarray, hn: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """The carried top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
-    out_v = np.empty(hv.shape, dtype=np.float64)
-    out_i = np.empty(hi.shape, dtype=np.int64)
-    _kernels().finish(hv, hi, hn, out_v, out_i)
+def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
+    out_v = np.empty((len(top.size), top.k), dtype=np.float64)
+    out_i = np.empty((len(top.size), top.k), dtype=np.int64)
+    _kernels().finish(top.scores, top.index, top.size, top.k, out_v, out_i)
     return out_i, out_v

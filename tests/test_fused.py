@@ -89,3 +89,104 @@ def test_dense_scorer_fp32(monkeypatch):
         np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
         np.testing.assert_array_equal(got.topk_index, ref.topk_index)
         np.testing.assert_array_equal(got.topk_score, ref.topk_score)
+
+
+# The threshold top-k (rbench/_fused_kernel.py): rows of >= ~830 candidates take a threshold from
+# every 16th score (positions 8, 24, 40, ...); shorter chunks collect every finite candidate.
+
+def _check_same(ref, got):
+    np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
+    np.testing.assert_array_equal(got.higher, ref.higher)
+    np.testing.assert_array_equal(got.equal, ref.equal)
+    np.testing.assert_array_equal(got.n_ranked, ref.n_ranked)
+    np.testing.assert_array_equal(got.topk_index, ref.topk_index)
+    np.testing.assert_array_equal(got.topk_score, ref.topk_score)
+
+
+@pytest.mark.parametrize("seed", range(4))
+@pytest.mark.parametrize("k", [1, 10, 100, 300])
+def test_threshold_topk_long_rows(monkeypatch, seed, k):
+    """Long rows (the sampled threshold), with heavy ties (the buffer fills and is compacted),
+    some ties, none; exclusions; chunks long and short, so the first chunk of a row may be too
+    short to sample and the threshold is set by a compaction instead."""
+    rng = np.random.default_rng(100 + seed)
+    n_q, n_pool = 9, 6000
+    levels = (4, 50, 10**9, 10**9)[seed]
+    table = rng.integers(0, levels, size=(n_q, n_pool)).astype(np.float32 if seed % 2 else np.float64)
+    positives = [rng.choice(n_pool, int(rng.integers(1, 4)), replace=False).tolist() for _ in range(n_q)]
+    exclude = [np.setdiff1d(rng.choice(n_pool, 500, replace=False), p).tolist() for p in positives] \
+        if seed >= 2 else None
+    queries = make_queries(positives, exclude=exclude)
+    for chunk in (500, 2048, 6000, 65536):
+        _check_same(*_both(monkeypatch, TableRanker(table), queries, make_pool(n_pool), batch_size=4,
+                           chunk_size=chunk, topk=k))
+
+
+def test_threshold_too_high_falls_back(monkeypatch):
+    """Rows whose sampled positions hold their largest scores: the sample's threshold is reached
+    by fewer than k scores. Row 0: the lower second threshold is enough; row 1: it is not either
+    (every finite candidate is collected); row 2: the sample's own top is tied with most of the
+    row; row 3: a row holding only -inf but its positive and a few candidates."""
+    rng = np.random.default_rng(5)
+    n_pool, k = 4000, 100
+    sampled = np.arange(8, n_pool, 16)
+    table = rng.standard_normal((4, n_pool))
+    table[0, sampled[:30]] = 10 + rng.random(30)  # 30 high sampled scores: second try suffices
+    table[1, sampled] = 10 + rng.random(len(sampled))  # every sampled score high: all collected
+    table[2] = np.round(table[2])
+    table[2, sampled] = 3.0
+    queries = make_queries([[1], [2], [3], [4]],
+                           exclude=[[], [], [], sorted(set(range(n_pool)) - {4, 100, 2000, 3999})])
+    for chunk in (4000, 1000):
+        ref, got = _both(monkeypatch, TableRanker(table.astype(np.float32)), queries, make_pool(n_pool),
+                         batch_size=4, chunk_size=chunk, topk=k)
+        _check_same(ref, got)
+        assert (got.topk_index[3, 4:] == -1).all() and got.n_ranked[3] == 4
+
+
+def test_ties_across_chunks_and_threshold(monkeypatch):
+    """The k-th best score tied across chunk edges and at the threshold: the lower pool index
+    wins, whichever chunk holds it."""
+    n_pool = 5000
+    table = np.zeros((3, n_pool), dtype=np.float32)
+    table[0, ::7] = 1.0  # 715 tied at the top: the first 100 by pool index
+    table[1, 4000:] = 2.0  # the top in the last chunk, ties below it everywhere
+    table[1, :4000:3] = 1.0
+    table[2] = np.arange(n_pool) % 100  # 50 tied at every level
+    queries = make_queries([[7], [4001], [99]])
+    for chunk in (1024, 1000, 5000):
+        for k in (1, 100, 120):
+            _check_same(*_both(monkeypatch, TableRanker(table), queries, make_pool(n_pool), batch_size=3,
+                               chunk_size=chunk, topk=k))
+
+
+class _MixedRanker(TableRanker):
+    """fp64 scores for some chunks, fp32 for others (a threshold taken from fp64 scores need not
+    be an fp32 value)."""
+
+    def score(self, queries, candidates):
+        out = super().score(queries, candidates)
+        return out.astype(np.float32) if candidates.ndim == 1 and candidates[0] % 2000 else out
+
+
+def test_mixed_precision_chunks(monkeypatch):
+    rng = np.random.default_rng(11)
+    table = rng.standard_normal((5, 6000)) * 1e-3 + 1.0  # fp64 values fp32 cannot hold
+    queries = make_queries([[i * 100] for i in range(5)])
+    _check_same(*_both(monkeypatch, _MixedRanker(table), queries, make_pool(6000), batch_size=5,
+                       chunk_size=1000, topk=100))
+
+
+def test_dense_scorer_long_rows(monkeypatch):
+    """The engine's GEMM path on rows long enough for the sampled threshold (one chunk, and
+    chunks that split the pool unevenly)."""
+    from rbench.engine import vector_scorer
+
+    rng = np.random.default_rng(4)
+    emb = rng.standard_normal((9000, 32)).astype(np.float32)
+    q = rng.standard_normal((70, 32)).astype(np.float32)
+    queries = make_queries([rng.choice(9000, 2, replace=False).tolist() for _ in range(70)])
+    scorer = vector_scorer(emb, q, queries, pool_checked=True)
+    for chunk in (9000, 2500):
+        _check_same(*_both(monkeypatch, None, queries, make_pool(9000), scorer=scorer, batch_size=64,
+                           chunk_size=chunk, topk=100))
