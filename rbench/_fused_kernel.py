@@ -157,7 +157,7 @@ def sample_threshold(row, k, sample):
 def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
     """Append (score, pool index) of the flagged scores that reach t (>= t; > t when strict) to
     the buffer bv/bi (n entries; ascending pool index). The flags are read eight bytes at a time
-    and only non-zero words are looked at. When the buffer is full its k best are kept and t
+    and only non-zero words are looked at (bits found by trailing zeros). When the buffer is full its k best are kept and t
     rises to their k-th best (strict from then on: a later candidate tied with it has a higher
     pool index and loses; the flags, for the old t, are then a superset). tr: a 1-element
     scratch array of the row's dtype (t in the row's precision: exact, t is one of its scores
@@ -166,26 +166,26 @@ def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
     tt = tr[0]
     words = fl.view(np.uint64)
     cap = bv.shape[0]
-    for q in range(-(-row.shape[0] // 32)):  # (flags past the row's end are zero)
-        if (words[4 * q] | words[4 * q + 1] | words[4 * q + 2] | words[4 * q + 3]) == 0:
+    for j in range(words.shape[0]):  # (flags past the row's end are zero)
+        w = words[j]
+        if w == 0:
             continue
-        for j in range(4 * q, 4 * q + 4):
-            w = words[j]
-            while w != 0:  # each set byte holds one bit: find them by trailing zeros
-                c = 8 * j + (trailing_zeros(w) >> 3)
-                w &= w - np.uint64(1)
-                x = row[c]
-                if x > tt or (x == tt and not strict):
-                    if n == cap:
-                        n, t = keep_best(bv, bi, n, k)  # (n > 2k here; the new t is >= the old one)
-                        strict = True
-                        tr[0] = t
-                        tt = tr[0]
-                        if not x > tt:
-                            continue
+        while True:  # each set byte holds one bit: find them by trailing zeros
+            c = 8 * j + (trailing_zeros(w) >> 3)
+            w &= w - np.uint64(1)
+            x = row[c]
+            if x > tt or (x == tt and not strict):
+                if n == cap:
+                    n, t = keep_best(bv, bi, n, k)  # (n > 2k here; the new t is >= the old one)
+                    strict = True
+                    tr[0] = t
+                    tt = tr[0]
+                if x > tt or (x == tt and not strict):  # (again: a compaction raises t)
                     bv[n] = x
                     bi[n] = a + c
                     n += 1
+            if w == 0:
+                break
     return n, t, strict
 
 
@@ -287,67 +287,93 @@ def threads() -> int:
     return int(numba.get_num_threads())
 
 
-@numba.njit(inline="always")
-def before(v, i, w, j):
-    """Whether (score v, pool index i) ranks before (w, j): higher score, then lower index."""
-    return v > w or (v == w and i < j)
-
-
 @numba.njit
-def sort_pairs(v, ix, n):
-    """Sort v[:n] / ix[:n] into rank order (quicksort with an explicit stack, insertion sort on
-    short spans; pool indices are distinct, so the order is total and no stability is needed)."""
-    stack = np.empty(128, dtype=np.int64)
-    top = 0
-    lo, hi = 0, n - 1
-    while True:
-        while hi - lo > 16:
-            mid = (lo + hi) // 2
-            pv, pi = v[mid], ix[mid]
-            i, j = lo, hi
-            while i <= j:
-                while before(v[i], ix[i], pv, pi):
-                    i += 1
-                while before(pv, pi, v[j], ix[j]):
-                    j -= 1
-                if i <= j:
-                    v[i], v[j] = v[j], v[i]
-                    ix[i], ix[j] = ix[j], ix[i]
-                    i += 1
-                    j -= 1
-            if j - lo < hi - i:  # push the larger side, go on with the smaller (stack depth <= log2 n)
-                stack[top], stack[top + 1] = i, hi
-                hi = j
-            else:
-                stack[top], stack[top + 1] = lo, j
-                lo = i
-            top += 2
-        for a in range(lo + 1, hi + 1):
-            x, y = v[a], ix[a]
-            b = a - 1
-            while b >= lo and before(x, y, v[b], ix[b]):
-                v[b + 1] = v[b]
-                ix[b + 1] = ix[b]
-                b -= 1
-            v[b + 1] = x
-            ix[b + 1] = y
-        if top == 0:
-            return
-        top -= 2
-        lo, hi = stack[top], stack[top + 1]
+def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
+    """Sort v[:n] / ix[:n] (held in ascending pool index) into rank order: score descending, ties
+    in the order held. A stable LSD radix sort on the scores' bits (fp32 bits when every score
+    is an fp32 value: ``narrow``; else fp64), 8 bits a pass, passes whose byte is the same for
+    every entry skipped: no comparisons, so no mispredicted branches (a comparison sort of ~200
+    entries costs several times more). keys/tmp_*/f32: scratch of n entries; hist: 8 x 256."""
+    nd = 4 if narrow else 8
+    hist[:nd, :] = 0
+    if narrow:
+        for i in range(n):
+            f32[i] = v[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
+        raw = f32.view(np.uint32)
+    bits = v.view(np.uint64)
+    top_bit = np.uint64(1 << (8 * nd - 1))
+    ones = np.uint64((1 << 32) - 1) if narrow else ~np.uint64(0)
+    for i in range(n):
+        if narrow:
+            u = np.uint64(raw[i])
+        else:
+            u = bits[i] if v[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
+        # order-preserving map of the float's bits, complemented: ascending keys = descending scores
+        u = (u ^ ones) if u & top_bit else (u | top_bit)
+        u = u ^ ones
+        keys[i] = u
+        for d in range(nd):
+            hist[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
+    src_k, src_v, src_i = keys, v, ix
+    dst_k, dst_v, dst_i = tmp_k, tmp_v, tmp_i
+    moved = False
+    for d in range(nd):
+        h = hist[d]
+        if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
+            continue
+        total = 0
+        for b in range(256):
+            c = h[b]
+            h[b] = total
+            total += c
+        for i in range(n):
+            u = src_k[i]
+            b = (u >> np.uint64(8 * d)) & np.uint64(255)
+            p = h[b]
+            h[b] = p + 1
+            dst_k[p] = u
+            dst_v[p] = src_v[i]
+            dst_i[p] = src_i[i]
+        src_k, dst_k = dst_k, src_k
+        src_v, dst_v = dst_v, src_v
+        src_i, dst_i = dst_i, src_i
+        moved = not moved
+    if moved:  # the sorted entries are in the scratch: copy them back
+        for i in range(n):
+            v[i] = tmp_v[i]
+            ix[i] = tmp_i[i]
+
+
+@numba.njit(inline="always")
+def finish_row(bv, bi, n, k, narrow, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32):
+    """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i."""
+    if n > 0:
+        sort_pairs(bv, bi, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32)
+    n = min(n, k)
+    for i in range(n):
+        out_v[i] = bv[i]
+        out_i[i] = bi[i]
+    for i in range(n, k):
+        out_v[i] = -np.inf
+        out_i[i] = -1
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def finish(bv, bi, bn, k, out_v, out_i):
+def finish(bv, bi, bn, k, narrow, out_v, out_i, n_threads):
     """Each row's top-k in rank order (score descending; ties: the lower pool index) into
-    out_v/out_i, -inf/-1 beyond a row's size (the buffers are left sorted)."""
-    B = bv.shape[0]
-    for r in numba.prange(B):
-        n, _ = keep_best(bv[r], bi[r], max(bn[r], 0), k)
-        sort_pairs(bv[r], bi[r], n)
-        for i in range(n):
-            out_v[r, i] = bv[r, i]
-            out_i[r, i] = bi[r, i]
-        for i in range(n, k):
-            out_v[r, i] = -np.inf
-            out_i[r, i] = -1
+    out_v/out_i, -inf/-1 beyond a row's size (the buffers are left sorted; narrow: every score is an
+    fp32 value). The buffer holds the
+    top-k and more (everything that reached the row's threshold): sorting it whole, by radix,
+    costs less than selecting the k best first."""
+    B, width = bv.shape
+    n_blocks = max(1, min(B, n_threads))
+    for th in numba.prange(n_blocks):
+        keys = np.empty(width, dtype=np.uint64)
+        tmp_k = np.empty(width, dtype=np.uint64)
+        tmp_v = np.empty(width, dtype=bv.dtype)
+        tmp_i = np.empty(width, dtype=np.int64)
+        hist = np.empty((8, 256), dtype=np.int64)
+        f32 = np.empty(width, dtype=np.float32)
+        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
+            finish_row(bv[r], bi[r], max(bn[r], 0), k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
+                       hist, f32)

@@ -88,5 +88,6 @@ def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
     """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
     out_v = np.empty((len(top.size), top.k), dtype=np.float64)
     out_i = np.empty((len(top.size), top.k), dtype=np.int64)
-    _kernels().finish(top.scores, top.index, top.size, top.k, out_v, out_i)
+    kernels = _kernels()
+    kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, out_v, out_i, kernels.threads())
     return out_i, out_v
