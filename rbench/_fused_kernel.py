@@ -254,22 +254,41 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def scan(s, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, n_threads):
+def scan(s, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, narrow, out_v, out_i,
+         n_threads):
     """One visit per row of chunk s (pool indices from a): rank counts into higher/equal, finite
     counts into finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before
-    the row's first chunk), threshold bt and strictness bs updated in place."""
+    the row's first chunk), threshold bt and strictness bs updated in place. more: later chunks
+    follow (a buffer still on its sampled threshold is then cut to its k best, so that those
+    chunks collect only what beats the k-th best so far); when none do, each row's top-k is
+    sorted into out_v/out_i right away, while its buffer is in cache (as ``finish``; narrow: every
+    score seen is an fp32 value)."""
     B, C = s.shape
     n_blocks = max(1, min(B, n_threads))
     for th in numba.prange(n_blocks):
         fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)  # whole 32-byte spans, zero past C
         sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
         tr = np.empty(1, dtype=s.dtype)
+        width = bv.shape[1] if not more else 0  # the final sort's scratch
+        keys = np.empty(width, dtype=np.uint64)
+        tmp_k = np.empty(width, dtype=np.uint64)
+        tmp_v = np.empty(width, dtype=bv.dtype)
+        tmp_i = np.empty(width, dtype=np.int64)
+        hist = np.empty((8, 256), dtype=np.int64)
+        f32 = np.empty(width, dtype=np.float32)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             row = s[r]
             first = 0
             if k > 0:
-                bn[r], bt[r], bs[r] = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
-                                               r, thr, higher, equal)
+                n, t, strict = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
+                                        r, thr, higher, equal)
+                if more and not strict and n > k:  # later chunks: only what beats the k-th best
+                    n, t = keep_best(bv[r], bi[r], n, k)
+                    strict = True
+                bn[r], bt[r], bs[r] = n, t, strict
+                if not more:
+                    finish_row(bv[r], bi[r], n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
+                               hist, f32)
                 first = 1
             rank_counts(row, r, a, thr, pos, higher, equal, first)
             if want_finite:

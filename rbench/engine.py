@@ -496,7 +496,8 @@ def evaluate(
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
                 if carried is None:
                     carried = fused.TopK(B, topk)
-                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried)
+                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried,
+                           more=a + C < pool_range[1])
                 if not excluded_here:
                     finite += C
                 continue

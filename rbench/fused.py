@@ -16,16 +16,19 @@ candidates, and covers pool indices ``a .. a+C-1`` of a shared pool, chunks in a
 Positives are *not* masked: the kernel counts them like any candidate and the kernel subtracts
 their own contribution afterwards, so the top-k sees them as it must.
 
-The top-k never sorts or selects over a whole row. A row's first chunk gives a threshold: the
-m-th largest of every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it), kept only if a
-count shows at least k scores reach it (else a lower one from the same sample, else every finite
-candidate). Counting the scores at or above it in blocks of 32 vectorises; only the blocks with a
-non-zero count are looked at, and their candidates appended to a per-row buffer in ascending pool
-index. When the buffer fills, its k best are kept (quickselect; ties: the lower pool index) and
-the threshold rises to their k-th best, strictly from then on: a later candidate tied with it
-has a higher pool index and loses, as in one selection over everything. Since at least k
-candidates reach the threshold, the top-k lies at or above it and the buffer holds it exactly;
-``finish`` keeps the k best and sorts them.
+The top-k never sorts or selects over a whole row (a float max or a per-score branch does not
+vectorise in numba; comparisons do). A row's first chunk gives a threshold: the m-th largest of
+every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it). One vectorised pass writes a
+flag byte per score (score >= threshold; the first positive's rank counts ride along); the flags
+are read eight at a time and only the few non-zero words looked at, their candidates appended
+to a per-row buffer in ascending pool index. The threshold is kept only if at least k scores
+reach it (else a lower one from the same sample, else every finite candidate is collected), so
+the top-k lies at or above it and the buffer holds it exactly. When the buffer fills (or when
+later chunks follow), its k best are kept (quickselect; ties: the lower pool index) and the
+threshold rises to their k-th best, strictly from then on: a later candidate tied with it has a
+higher pool index and loses, as in one selection over everything. After the last chunk each
+row's buffer is sorted into rank order (a stable radix sort on the scores' bits: ties keep the
+lower pool index first), in the same visit while it is in cache.
 """
 
 from __future__ import annotations
@@ -65,15 +68,19 @@ class TopK:
         self.threshold = np.full(n_rows, -np.inf)
         self.strict = np.zeros(n_rows, dtype=np.bool_)
         self.wide = False  # a float64 chunk was seen: thresholds may need fp64 from then on
+        self.out_v = np.empty((n_rows, k), dtype=np.float64)  # the sorted top-k, once done
+        self.out_i = np.empty((n_rows, k), dtype=np.int64)
+        self.done = False
 
 
 def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
-         equal: np.ndarray, finite: np.ndarray, top: TopK) -> None:
+         equal: np.ndarray, finite: np.ndarray, top: TopK, more: bool = True) -> None:
     """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``). Adds to ``higher``/``equal``
     (B x P) how many candidates score above / tie with each positive's score ``thr`` (in the
     chunk's precision; the positives ``pos``, B x P pool indices, -1 for padding, left out), to
     ``finite`` (B) how many are not -inf (when ``count_finite``), and adds the chunk's candidates
-    to ``top``."""
+    to ``top``. ``more``: whether later chunks follow for these rows (if not, the top-k is
+    sorted in the same visit, while each row's buffer is in cache)."""
     thr = np.ascontiguousarray(thr, dtype=s.dtype)
     if s.dtype == np.float64:
         top.wide = True
@@ -81,13 +88,15 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
         s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
     kernels = _kernels()
     kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
-                 top.scores, top.index, top.size, top.threshold, top.strict, kernels.threads())
+                 top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide, top.out_v, top.out_i,
+                 kernels.threads())
+    top.done = top.k > 0 and not more
 
 
 def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
     """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
-    out_v = np.empty((len(top.size), top.k), dtype=np.float64)
-    out_i = np.empty((len(top.size), top.k), dtype=np.int64)
-    kernels = _kernels()
-    kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, out_v, out_i, kernels.threads())
-    return out_i, out_v
+    if not top.done:
+        kernels = _kernels()
+        kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, top.out_v, top.out_i, kernels.threads())
+        top.done = True
+    return top.out_i, top.out_v

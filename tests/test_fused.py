@@ -190,3 +190,23 @@ def test_dense_scorer_long_rows(monkeypatch):
     for chunk in (9000, 2500):
         _check_same(*_both(monkeypatch, None, queries, make_pool(9000), scorer=scorer, batch_size=64,
                            chunk_size=chunk, topk=100))
+
+
+def test_shards(monkeypatch):
+    """A shard's scan (pool_range) ends before the pool does: its last chunk still finishes the
+    top-k; shard results equal the numpy passes' and merge into the whole scan's."""
+    from rbench.engine import merge
+
+    rng = np.random.default_rng(12)
+    table = rng.standard_normal((6, 7000)).astype(np.float32)
+    queries = make_queries([[i * 1000 + 3] for i in range(6)])
+    whole = evaluate(TableRanker(table), queries, make_pool(7000), chunk_size=2048, topk=100)
+    parts = []
+    for rng_ in ((0, 4096), (4096, 7000)):
+        ref, got = _both(monkeypatch, TableRanker(table), queries, make_pool(7000), chunk_size=2048, topk=100,
+                         pool_range=rng_)
+        _check_same(ref, got)
+        parts.append(got)
+    merged = merge(parts)
+    np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
+    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
