@@ -445,6 +445,7 @@ def evaluate(
     n_ranked = np.zeros(n, dtype=np.int64)
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     fused_scan = fused.enabled()
+    spare_top: fused.TopK | None = None
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
@@ -467,7 +468,7 @@ def evaluate(
         step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
-        carried: fused.TopK | None = None  # the fused scan's top-k
+        carried: fused.TopK | None = None  # the fused scan's top-k (its buffers reused batch to batch)
         pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
         finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
         for a, cand in _Chunks(batch, pool_range, chunk_size):
@@ -495,7 +496,7 @@ def evaluate(
             excluded_here = excl is not None and len(excl.values) > 0
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
                 if carried is None:
-                    carried = fused.TopK(B, topk)
+                    carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
                 fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried,
                            more=a + C < pool_range[1])
                 if not excluded_here:
