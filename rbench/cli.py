@@ -361,6 +361,8 @@ def reproduce_cmd(
                                "(OK / OKish / FAIL; exit 1 on a FAIL)."),
     save_expected: bool = typer.Option(False, "--save-expected", help="Write this run's scores as the expected ones."),
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
+    tasks: list[str] = typer.Option([], "--task", "-t", help="Only this task's cells (repeatable)."),
+    rankers: list[str] = typer.Option([], "--ranker", "-r", help="Only this ranker's cells (repeatable)."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir"),
     output: Path = typer.Option(Path("reproductions"), "--output", "-o", help="Folder for the rendered tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
@@ -380,8 +382,10 @@ def reproduce_cmd(
         out.print(table)
         return
     recipe = reproduce.get(experiment)
+    only = reproduce.Selection(tuple(tasks), tuple(rankers))
+    planned = reproduce.plan(recipe, profile, only)
     if dry_run:
-        rows = reproduce.dry_run(recipe, profile, results_dir)
+        rows = reproduce.dry_run(recipe, profile, results_dir, only)
         table = Table(title=f"{recipe.name} ({recipe.paper}), profile {profile}: {len(rows)} runs")
         for col in ("ranker", "task", "variant", "max_queries", "data", "estimate"):
             table.add_column(col, overflow="fold")
@@ -392,9 +396,10 @@ def reproduce_cmd(
         return
     progress, factory = _progress_factory(enabled=not quiet)
     with progress:
-        cells = reproduce.run(recipe, profile, results_dir, overwrite=overwrite, progress=factory)
+        cells = reproduce.run(recipe, profile, results_dir, overwrite=overwrite, progress=factory, only=only)
     rows = reproduce.rows(recipe, cells)
-    grades = reproduce.grade(recipe, profile, rows) if check else None
+    partial = planned if only.tasks or only.rankers else None
+    grades = reproduce.grade(recipe, profile, rows, planned=partial) if check else None
     md = reproduce.to_markdown(recipe, profile, rows, grades)
     target = output / f"{recipe.name}-{profile}.md"
     atomic_write_bytes(target, md.encode())
@@ -417,7 +422,8 @@ def reproduce_cmd(
     out.print(f"written: {target}, {page}" + "".join(f", {f}" for f in figures))
     if save_expected:
         path = Path(str(reproduce.expected_path(recipe, profile)))
-        atomic_write_bytes(path, reproduce.expected_payload(recipe, profile, rows).encode())
+        previous = path.read_text(encoding="utf-8") if path.is_file() else None
+        atomic_write_bytes(path, reproduce.expected_payload(recipe, profile, rows, previous, partial).encode())
         out.print(f"expected scores written: {path}")
     if grades:
         counts = {g: sum(1 for v in grades.values() if v == g) for g in reproduce.GRADES}

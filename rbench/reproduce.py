@@ -167,10 +167,33 @@ class Cell:
         return (self.task,) if self.fit_task == self.task else (self.task, self.fit_task)
 
 
-def plan(recipe: Recipe, profile: str) -> list[Cell]:
+@dataclass(frozen=True)
+class Selection:
+    """Part of a recipe (``--task`` / ``--ranker``, each repeatable; empty: all): rerun or check
+    one task's cells without paying for the rest."""
+
+    tasks: tuple[str, ...] = ()
+    rankers: tuple[str, ...] = ()
+
+    def keeps(self, run: RecipeRun, task: str) -> bool:
+        return (not self.tasks or task in self.tasks) and (not self.rankers or run.ranker in self.rankers)
+
+
+def plan(recipe: Recipe, profile: str, only: Selection = Selection()) -> list[Cell]:
     if profile not in PROFILES:
         raise unknown("profile", profile, PROFILES)
-    return [Cell(r, t, profile) for r in recipe.runs_for(profile) for t in r.tasks]
+    runs = recipe.runs_for(profile)
+    for name in only.tasks:
+        if not any(name in r.tasks for r in runs):
+            raise unknown(f"task of {recipe.name} ({profile})", name, sorted({t for r in runs for t in r.tasks}))
+    for name in only.rankers:
+        if not any(name == r.ranker for r in runs):
+            raise unknown(f"ranker of {recipe.name} ({profile})", name, sorted({r.ranker for r in runs}))
+    return [Cell(r, t, profile) for r in runs for t in r.tasks if only.keeps(r, t)]
+
+
+def _planned(cells: list[Cell]) -> set[tuple[str, str, str]]:
+    return {(c.run.label(c.profile), c.task, c.run.variant) for c in cells}
 
 
 @dataclass(frozen=True)
@@ -250,12 +273,12 @@ def _minutes(seconds: float) -> str:
     return f"~{seconds / 60:.1f} min" if seconds >= 60 else f"~{seconds:.0f} s"
 
 
-def dry_run(recipe: Recipe, profile: str, results_dir: Path) -> list[dict[str, Any]]:
+def dry_run(recipe: Recipe, profile: str, results_dir: Path, only: Selection = Selection()) -> list[dict[str, Any]]:
     """The plan as rows: ranker, task, options, whether the data is here, the estimated cost."""
     from rbench.tasks.registry import data_status
 
     rows = []
-    for cell in plan(recipe, profile):
+    for cell in plan(recipe, profile, only):
         missing = []
         for task in cell.data_tasks:
             try:
@@ -272,12 +295,12 @@ def dry_run(recipe: Recipe, profile: str, results_dir: Path) -> list[dict[str, A
 
 
 def run(recipe: Recipe, profile: str, results_dir: Path, overwrite: str = "only-missing",
-        progress: Any = None) -> list[Cell]:
+        progress: Any = None, only: Selection = Selection()) -> list[Cell]:
     """Run what is missing (cells whose data is absent are reported, not run)."""
     from rbench.public import run_outcome
     from rbench.tasks.registry import data_status
 
-    cells = plan(recipe, profile)
+    cells = plan(recipe, profile, only)
     for cell in cells:
         try:
             if not all(data_status(task)[0] for task in cell.data_tasks):
@@ -348,18 +371,26 @@ def expected_path(recipe: Recipe, profile: str) -> Any:
     return _recipe_dir().joinpath("expected", f"{recipe.name}-{profile}.json")
 
 
-def expected_payload(recipe: Recipe, profile: str, table: list[dict[str, Any]]) -> str:
+def expected_payload(recipe: Recipe, profile: str, table: list[dict[str, Any]], previous_text: str | None = None,
+                     planned: list[Cell] | None = None) -> str:
+    """The expected scores of this run's cells; with a partial plan (``planned``), the previous
+    file's cells outside it are kept as they were."""
     cells = [{"ranker": r["ranker"], "task": r["task"], "variant": r["variant"], "measure": r["measure"],
               "value": round(r["rbench"], 6)} for r in table if r["rbench"] is not None]
+    if previous_text and planned is not None:
+        inside = _planned(planned)
+        kept = [c for c in json.loads(previous_text)["cells"] if grade_key(c)[:3] not in inside]
+        cells = kept + cells
     return json.dumps({"recipe": recipe.name, "profile": profile, "tolerance_percent_points": {
         k: 100 * v for k, v in recipe.tolerance.items()}, "cells": cells}, indent=2) + "\n"
 
 
 def grade(recipe: Recipe, profile: str, table: list[dict[str, Any]],
-          expected_text: str | None = None) -> dict[GradeKey, str]:
+          expected_text: str | None = None, planned: list[Cell] | None = None) -> dict[GradeKey, str]:
     """Each expected cell graded OK / OKish / FAIL against this run. A cell expected but not
     produced is a FAIL, except when its task's data is not on this machine: that cell is
-    ``NO DATA`` (said, counted, never a pass in disguise, and not a regression either)."""
+    ``NO DATA`` (said, counted, never a pass in disguise, and not a regression either). With a
+    partial plan (``planned``) only the expected cells inside it are graded."""
     if expected_text is None:
         path = expected_path(recipe, profile)
         if not path.is_file():
@@ -370,8 +401,11 @@ def grade(recipe: Recipe, profile: str, table: list[dict[str, Any]],
     got = {grade_key(r): r for r in table}
     ok, okish = 100 * recipe.tolerance["ok"], 100 * recipe.tolerance["okish"]
     out = {}
+    inside = None if planned is None else _planned(planned)
     for c in expected["cells"]:
         key = grade_key(c)
+        if inside is not None and key[:3] not in inside:
+            continue
         row = got.get(key)
         value = None if row is None else row["rbench"]
         diff = None if value is None else abs(value - float(c["value"]))

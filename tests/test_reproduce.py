@@ -163,3 +163,25 @@ def test_a_transfer_cell_needs_the_sources_data_and_fits_at_its_size(monkeypatch
     monkeypatch.setattr(reproduce, "_target_size", sizes.get)
     # fit on rec-toy's 200 queries (2 x 100 s), scoring the target's 100 x 1000 (1 x 10 s)
     assert reproduce.estimate(cell, tmp_path).startswith("~3.5 min (scaled from ml-100k run")
+
+
+def test_a_selection_runs_checks_and_saves_part_of_a_recipe(capsys):
+    recipe = reproduce.get("small-ultra")
+    only = reproduce.Selection(tasks=("routing-balance",))
+    cells = reproduce.plan(recipe, "cpu", only)
+    assert {c.task for c in cells} == {"routing-balance"} and len(cells) == 5
+    assert {c.run.ranker for c in reproduce.plan(recipe, "cpu", reproduce.Selection(rankers=("pop",)))} == {"pop"}
+    code, _, err = cli(capsys, "reproduce", "small-ultra", "--task", "rec-musci", "--dry-run")
+    assert code == 2 and "did you mean 'rec-music'" in one_line(err)
+    code, _, err = cli(capsys, "reproduce", "small-ultra", "--ranker", "popp", "--dry-run")
+    assert code == 2 and "did you mean 'pop'" in one_line(err)
+    pop_music = {"ranker": "pop", "task": "rec-music", "variant": "original", "measure": "MRR", "value": 39.49}
+    pop_routing = {**pop_music, "task": "routing-balance", "value": 79.0}
+    previous = json.dumps({"cells": [pop_music, pop_routing]})
+    table = [{"ranker": "pop", "task": "routing-balance", "variant": "original", "measure": "MRR", "rbench": 80.0,
+              "status": "written"}]
+    # graded: only the selected task's expected cells (rec-music's is not a FAIL for not being run)
+    assert reproduce.grade(recipe, "cpu", table, previous, planned=cells) == {
+        ("pop", "routing-balance", "original", "MRR"): "FAIL"}
+    saved = json.loads(reproduce.expected_payload(recipe, "cpu", table, previous, cells))["cells"]
+    assert sorted((c["task"], c["value"]) for c in saved) == [("rec-music", 39.49), ("routing-balance", 80.0)]
