@@ -363,9 +363,62 @@ def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
             ix[i] = tmp_i[i]
 
 
+@numba.njit
+def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
+    """``finish_row`` when every score is an fp32 value: the stable radix sort runs on one
+    uint64 a entry, the score's order-preserving fp32 key (complemented: ascending keys =
+    descending scores) above the entry's buffer position, which keeps equal keys in buffer
+    (pool index) order. 8 bits a pass over the key's 4 bytes, a byte the same for every entry
+    skipped. keys/tmp/f32: scratch of n entries; hist: 4 x 256."""
+    hist[:4, :] = 0
+    for i in range(n):
+        f32[i] = bv[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
+    raw = f32.view(np.uint32)
+    m32 = np.uint64((1 << 32) - 1)
+    b8 = np.uint64(255)
+    for i in range(n):
+        u = np.uint64(raw[i])  # (numba widens uint32 arithmetic: stay in uint64, masked)
+        u = (~u & m32) if u >> np.uint64(31) else (u | np.uint64(1 << 31))
+        u = ~u & m32
+        keys[i] = (u << np.uint64(32)) | np.uint64(i)
+        hist[0, u & b8] += 1
+        hist[1, (u >> np.uint64(8)) & b8] += 1
+        hist[2, (u >> np.uint64(16)) & b8] += 1
+        hist[3, (u >> np.uint64(24)) & b8] += 1
+    src, dst = keys, tmp
+    for d in range(4):
+        h = hist[d]
+        shift = np.uint64(32 + 8 * d)
+        if n == 0 or h[(src[0] >> shift) & b8] == n:  # one byte value: nothing moves
+            continue
+        total = 0
+        for b in range(256):
+            c = h[b]
+            h[b] = total
+            total += c
+        for i in range(n):
+            u = src[i]
+            b = (u >> shift) & b8
+            p = h[b]
+            h[b] = p + 1
+            dst[p] = u
+        src, dst = dst, src
+    m = min(n, k)
+    for i in range(m):
+        j = src[i] & m32
+        out_v[i] = bv[j]
+        out_i[i] = bi[j]
+    for i in range(m, k):
+        out_v[i] = -np.inf
+        out_i[i] = -1
+
+
 @numba.njit(inline="always")
 def finish_row(bv, bi, n, k, narrow, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32):
     """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i."""
+    if narrow:
+        topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, hist, f32)
+        return
     if n > 0:
         sort_pairs(bv, bi, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32)
     n = min(n, k)
