@@ -10,8 +10,20 @@ one contiguous block per thread, so that each thread allocates its scratch once 
 
 from __future__ import annotations
 
+import os
+
 import numba
 import numpy as np
+
+# Threads: the engine alternates BLAS GEMMs (OpenBLAS's threads) with these kernels. numba's
+# default OpenMP layer (GNU libgomp) leaves its threads spinning after each kernel, on the cores
+# the next GEMM needs (and OpenBLAS's spin on the kernel's): on 2 cores that cost 10-15% of a
+# d = 128 evaluation, and doubled it with many chunks. numba's own workqueue layer sleeps
+# between launches. Chosen only if nobody chose a layer (``NUMBA_THREADING_LAYER``) and takes
+# effect only if no numba parallel code ran yet; it does not allow concurrent launches from
+# several threads, so ``rbench.fused`` serialises its calls.
+if numba.config.THREADING_LAYER == "default" and "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
 from numba.cpython.unsafe.numbers import trailing_zeros
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed

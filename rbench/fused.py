@@ -34,10 +34,13 @@ lower pool index first), in the same visit while it is in cache.
 from __future__ import annotations
 
 import os
+import threading
 from functools import cache
 from typing import Any
 
 import numpy as np
+
+_LOCK = threading.Lock()  # one kernel launch at a time (numba's workqueue layer requires it)
 
 
 def enabled() -> bool:
@@ -99,9 +102,10 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
     elif top.wide:  # a threshold taken from fp64 scores may not be an fp32 value: compare in
         s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
     kernels = _kernels()
-    kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
-                 top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide, top.out_v, top.out_i,
-                 kernels.threads())
+    with _LOCK:
+        kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
+                     top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide,
+                     top.out_v, top.out_i, kernels.threads())
     top.done = top.k > 0 and not more
 
 
@@ -109,6 +113,8 @@ def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
     """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
     if not top.done:
         kernels = _kernels()
-        kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, top.out_v, top.out_i, kernels.threads())
+        with _LOCK:
+            kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, top.out_v, top.out_i,
+                           kernels.threads())
         top.done = True
     return top.out_i, top.out_v
