@@ -852,6 +852,28 @@ ML100K = TaskSpec(
     embedded=True,
 )
 
+
+def _zero_shot_target(name: str, cat: str, title: str, candidates: int, queries: int) -> RecSpec:
+    """A target of the paper's zero-shot Table 5 (trained on Rec-Toy): an Amazon Reviews 2023
+    category, 5-core by default, the whole catalogue as the pool; not a Table 2 task."""
+    return RecSpec(
+        name=name,
+        title=f"{title} (zero-shot target)",
+        scenario="large",
+        domain="recommendation",
+        description=f"Sequential recommendation on Amazon Reviews 2023 {cat} (5-core), full catalogue; "
+        "the paper's zero-shot target (trained on Rec-Toy: --variant from-rec-toy).",
+        paper_candidates=candidates,
+        paper_queries=queries,
+        sources=(Source(f"Amazon Reviews 2023: {cat}", "https://amazon-reviews-2023.github.io/",
+                        _AMAZON_LICENSE, files=_amazon23_files(cat)),),
+        license=_AMAZON_LICENSE,
+        how_to_get=f"rbench data download {name}, or --from DIR ({cat}.jsonl.gz + meta_{cat}.jsonl.gz, "
+        "or RecBole atomic)",
+        layouts=(_amazon23_layout(cat), _amazon23_atomic(cat)),
+        options_type=FiveCoreOptions,
+    )
+
 SPECS: tuple[RecSpec, ...] = (
     RecSpec(
         name="rec-music",
@@ -932,40 +954,9 @@ SPECS: tuple[RecSpec, ...] = (
         donates=("scaled",),
         layouts=(_amazon23_layout("Clothing_Shoes_and_Jewelry"), _amazon23_atomic("Clothing_Shoes_and_Jewelry")),
     ),
-    RecSpec(
-        name="video-games",
-        title="Video Games (zero-shot target)",
-        scenario="large",
-        domain="recommendation",
-        description="Sequential recommendation on Amazon Reviews 2023 Video_Games (5-core), full catalogue; "
-        "the paper's zero-shot target (trained on Rec-Toy: --variant from-rec-toy).",
-        paper_candidates=25600,
-        paper_queries=94800,
-        sources=(Source("Amazon Reviews 2023: Video_Games", "https://amazon-reviews-2023.github.io/",
-                        _AMAZON_LICENSE, files=_amazon23_files("Video_Games")),),
-        license=_AMAZON_LICENSE,
-        how_to_get="rbench data download video-games, or --from DIR (Video_Games.jsonl.gz + "
-        "meta_Video_Games.jsonl.gz, or RecBole atomic)",
-        layouts=(_amazon23_layout("Video_Games"), _amazon23_atomic("Video_Games")),
-        options_type=FiveCoreOptions,
-    ),
-    RecSpec(
-        name="software",
-        title="Software (zero-shot target)",
-        scenario="large",
-        domain="recommendation",
-        description="Sequential recommendation on Amazon Reviews 2023 Software (5-core), full catalogue; "
-        "the paper's zero-shot target (trained on Rec-Toy: --variant from-rec-toy).",
-        paper_candidates=17600,
-        paper_queries=146400,
-        sources=(Source("Amazon Reviews 2023: Software", "https://amazon-reviews-2023.github.io/",
-                        _AMAZON_LICENSE, files=_amazon23_files("Software")),),
-        license=_AMAZON_LICENSE,
-        how_to_get="rbench data download software, or --from DIR (Software.jsonl.gz + meta_Software.jsonl.gz, "
-        "or RecBole atomic)",
-        layouts=(_amazon23_layout("Software"), _amazon23_atomic("Software")),
-        options_type=FiveCoreOptions,
-    ),
+    *(_zero_shot_target(name, cat, title, cands, queries) for name, cat, title, cands, queries in (
+        ("video-games", "Video_Games", "Video Games", 25600, 94800),
+        ("software", "Software", "Software", 17600, 146400))),
 )
 
 
