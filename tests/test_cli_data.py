@@ -85,7 +85,7 @@ def test_prepare_from_replaces_the_raw_folder_and_never_deletes_sources(tmp_path
     (["data", "prepare", "esci", "--set", "task.n_querys=3"], "did you mean 'n_queries'"),
     (["data", "prepare", "rec-moive"], "did you mean 'rec-movie'"),
     (["data", "prepare", "esci"], "not present"),
-    (["data", "download", "msmarco"], "no direct public download"),
+    (["data", "download", "ml-100k"], "no direct public download"),
     (["data", "prepare", "ml-100k", "--from", "."], "installed package"),
 ])
 def test_user_errors_exit_2_with_one_clear_line(capsys, argv, needle):
@@ -93,37 +93,29 @@ def test_user_errors_exit_2_with_one_clear_line(capsys, argv, needle):
     assert code == 2 and needle in err and "Traceback" not in err
 
 
-def test_download_then_prepare_from_the_loopback_server(capsys, monkeypatch, tmp_path):
-    from tests.test_sources import Server
-
+def test_download_then_prepare_from_the_loopback_server(capsys, monkeypatch, tmp_path, server):
     files = tmp_path / "served"
     write_esci_files(files)
-    server = Server()
-    server.thread.start()
-    try:
-        table = []
-        for name in ("shopping_queries_dataset_examples.parquet", "shopping_queries_dataset_products.parquet"):
-            body = (files / name).read_bytes()
-            server.files[f"/{name}"] = body
-            table.append(RemoteFile(name, (server.url(f"/{name}"),), sha256=hashlib.sha256(body).hexdigest()))
-        from tests.helpers import with_downloads
+    table = []
+    for name in ("shopping_queries_dataset_examples.parquet", "shopping_queries_dataset_products.parquet"):
+        body = (files / name).read_bytes()
+        server.files[f"/{name}"] = body
+        table.append(RemoteFile(name, (server.url(f"/{name}"),), sha256=hashlib.sha256(body).hexdigest()))
+    from tests.helpers import with_downloads
 
-        with_downloads(monkeypatch, "esci", table)
-        code, out, err = run(capsys, "data", "download", "esci", "--quiet")
-        assert code == 0, err
-        assert "installed into" in out and f"sha256 {table[0].sha256} (checked)" in out
-        assert sorted(os.listdir(paths.raw_dir("esci"))) == [t.filename for t in table]
-        code, out, err = run(capsys, "data", "prepare", "esci", "--json")
-        assert code == 0 and json.loads(out)["sizes"]["pool (candidates)"]["prepared"] == 11
-        code, out, _ = run(capsys, "data", "list", "--json")
-        row = next(r for r in json.loads(out) if r["name"] == "esci")
-        assert row["raw_present"] and row["downloads"] == "2/2 files" and row["prepared"]["pool"] == 11
-        server.files["/shopping_queries_dataset_examples.parquet"] = b"tampered"
-        code, _, err = run(capsys, "data", "download", "esci", "--force", "--quiet")
-        assert code == 2 and "checksum mismatch" in err
-    finally:
-        server.httpd.shutdown()
-        server.httpd.server_close()
+    with_downloads(monkeypatch, "esci", table)
+    code, out, err = run(capsys, "data", "download", "esci", "--quiet")
+    assert code == 0, err
+    assert "installed into" in out and f"sha256 {table[0].sha256} (checked)" in out
+    assert sorted(os.listdir(paths.raw_dir("esci"))) == [t.filename for t in table]
+    code, out, err = run(capsys, "data", "prepare", "esci", "--json")
+    assert code == 0 and json.loads(out)["sizes"]["pool (candidates)"]["prepared"] == 11
+    code, out, _ = run(capsys, "data", "list", "--json")
+    row = next(r for r in json.loads(out) if r["name"] == "esci")
+    assert row["raw_present"] and row["downloads"] == "2/2 files" and row["prepared"]["pool"] == 11
+    server.files["/shopping_queries_dataset_examples.parquet"] = b"tampered"
+    code, _, err = run(capsys, "data", "download", "esci", "--force", "--quiet")
+    assert code == 2 and "checksum mismatch" in err
 
 
 def test_import_then_list_and_tasks_show_prepared_sizes(tmp_path, capsys):
