@@ -318,6 +318,16 @@ def threads() -> int:
     return int(numba.get_num_threads())
 
 
+@numba.njit(inline="always")
+def counts_to_offsets(h):
+    """A radix pass's byte histogram -> each byte value's first slot (exclusive prefix sum), in place."""
+    total = 0
+    for b in range(h.shape[0]):
+        c = h[b]
+        h[b] = total
+        total += c
+
+
 @numba.njit
 def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
     """Sort v[:n] / ix[:n] (held in ascending pool index) into rank order: score descending, ties
@@ -352,11 +362,7 @@ def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
         h = hist[d]
         if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
             continue
-        total = 0
-        for b in range(256):
-            c = h[b]
-            h[b] = total
-            total += c
+        counts_to_offsets(h)
         for i in range(n):
             u = src_k[i]
             b = (u >> np.uint64(8 * d)) & np.uint64(255)
@@ -403,11 +409,7 @@ def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
         shift = np.uint64(32 + 8 * d)
         if n == 0 or h[(src[0] >> shift) & b8] == n:  # one byte value: nothing moves
             continue
-        total = 0
-        for b in range(256):
-            c = h[b]
-            h[b] = total
-            total += c
+        counts_to_offsets(h)
         for i in range(n):
             u = src[i]
             b = (u >> shift) & b8
