@@ -37,12 +37,7 @@ def test_fused_equals_numpy_passes(monkeypatch, seed, k):
     for chunk in (64, 250, 4096):
         ref, got = _both(monkeypatch, TableRanker(table), queries, make_pool(n_pool), batch_size=6,
                          chunk_size=chunk, topk=k)
-        np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
-        np.testing.assert_array_equal(got.higher, ref.higher)
-        np.testing.assert_array_equal(got.equal, ref.equal)
-        np.testing.assert_array_equal(got.n_ranked, ref.n_ranked)
-        np.testing.assert_array_equal(got.topk_index, ref.topk_index)
-        np.testing.assert_array_equal(got.topk_score, ref.topk_score)
+        _check_same(ref, got)
 
 
 def test_scores_rising_with_the_index(monkeypatch):
