@@ -282,12 +282,7 @@ def scan(s, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, 
         sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
         tr = np.empty(1, dtype=s.dtype)
         width = bv.shape[1] if not more else 0  # the final sort's scratch
-        keys = np.empty(width, dtype=np.uint64)
-        tmp_k = np.empty(width, dtype=np.uint64)
-        tmp_v = np.empty(width, dtype=bv.dtype)
-        tmp_i = np.empty(width, dtype=np.int64)
-        hist = np.empty((8, 256), dtype=np.int64)
-        f32 = np.empty(width, dtype=np.float32)
+        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width, bv)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             row = s[r]
             first = 0
@@ -316,6 +311,14 @@ def buffer_width(k: int) -> int:
 def threads() -> int:
     """How many threads the parallel kernels run on (numba's setting)."""
     return int(numba.get_num_threads())
+
+
+@numba.njit(inline="always")
+def sort_scratch(width, bv):
+    """One thread's scratch for ``finish_row`` (radix keys, the ping-pong copies, byte
+    histograms, fp32 view), for rows of ``width`` buffered scores of ``bv``'s dtype."""
+    return (np.empty(width, dtype=np.uint64), np.empty(width, dtype=np.uint64), np.empty(width, dtype=bv.dtype),
+            np.empty(width, dtype=np.int64), np.empty((8, 256), dtype=np.int64), np.empty(width, dtype=np.float32))
 
 
 @numba.njit(inline="always")
@@ -454,12 +457,7 @@ def finish(bv, bi, bn, k, narrow, out_v, out_i, n_threads):
     B, width = bv.shape
     n_blocks = max(1, min(B, n_threads))
     for th in numba.prange(n_blocks):
-        keys = np.empty(width, dtype=np.uint64)
-        tmp_k = np.empty(width, dtype=np.uint64)
-        tmp_v = np.empty(width, dtype=bv.dtype)
-        tmp_i = np.empty(width, dtype=np.int64)
-        hist = np.empty((8, 256), dtype=np.int64)
-        f32 = np.empty(width, dtype=np.float32)
+        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width, bv)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             finish_row(bv[r], bi[r], max(bn[r], 0), k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
                        hist, f32)
