@@ -86,14 +86,15 @@ def download_cmd(
     specs = [spec for spec in list_tasks() if spec.downloads] if all_tasks else [get_task(task or "")]
     if not all_tasks:
         sources.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
-    planned = sources.plan_downloads(specs)
-    if all_tasks:
-        _print_download_plan(planned, force)
     progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet)
-    to_fetch = [p for p in planned if force or not p.cached]
-    known = sum(p.size or 0 for p in to_fetch)
-    overall = progress.add_task(f"all: {len(to_fetch)} files", total=known or None) if all_tasks else None
+    overall = None
+    if all_tasks:  # sizes (HEAD requests) only for --all: one task's bars show their own sizes
+        planned = sources.plan_downloads(specs)
+        to_fetch = [p for p in planned if force or not p.cached]
+        _print_download_plan(planned, to_fetch)
+        known = sum(p.size or 0 for p in to_fetch)
+        overall = progress.add_task(f"all: {len(to_fetch)} files", total=known or None)
 
     def bar(rf: sources.RemoteFile) -> sources.Progress:
         tid = progress.add_task(rf.filename, total=rf.size)
@@ -124,16 +125,15 @@ def download_cmd(
         raise typer.Exit(2)
 
 
-def _print_download_plan(planned: list[Any], force: bool) -> None:
+def _print_download_plan(planned: list[Any], fetch: list[Any]) -> None:
     """What ``--all`` will fetch, with sizes, and the total, before the first byte."""
     table = Table(title="rbench data download --all")
     for col in ("task", "file", "size", "state"):
         table.add_column(col, justify="right" if col == "size" else "left")
     for p in planned:
-        state = "cached (checked, not fetched)" if p.cached and not force else "to fetch"
+        state = "to fetch" if p in fetch else "cached (checked, not fetched)"
         table.add_row(p.task, p.file.filename, _bytes(p.size) if p.size is not None else "unknown", state)
     out.print(table)
-    fetch = [p for p in planned if force or not p.cached]
     unknown = sum(p.size is None for p in fetch)
     total = _bytes(sum(p.size or 0 for p in fetch))
     out.print(f"to fetch: {len(fetch)} of {len(planned)} files, {total}"
