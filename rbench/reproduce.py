@@ -240,25 +240,33 @@ def _measured(rec: Any) -> tuple[float, float, Size]:
     return float(rec.timings.get("fit_s", 0)), float(rec.timings.get("score_s", 0)), size
 
 
-def estimate(cell: Cell, results_dir: Path) -> str:
+def measured_records(results_dir: Path) -> list[Any]:
+    """Every RunRecord under ``results_dir`` (none when it does not exist), read once per plan."""
+    from rbench.results import load_records
+
+    root = Path(results_dir)
+    return [rec for _, rec in load_records(root)] if root.is_dir() else []
+
+
+def estimate(cell: Cell, results_dir: Path, records: list[Any] | None = None,
+             sizes: dict[str, Size | None] | None = None) -> str:
     """A cost estimate from measured throughput: a RunRecord of the same ranker on the same task
     gives its fit + score time as is; else the ranker's fastest measured run on another task is
     scaled to this task's size (fit time by the queries it learns from, scoring time by test
     queries x candidates per query), and says what it was scaled from. Options and machines may
     differ, so it is an order of magnitude, labelled as such; 'unknown' when the ranker never ran
-    here."""
-    from rbench.results import load_records
-
+    here. ``records`` / ``sizes``: what a whole plan's estimates share (read once, sizes memoised)."""
     same, other = [], []
-    root = Path(results_dir)
-    if root.is_dir():
-        for _, rec in load_records(root):
-            if rec.ranker.get("name") != cell.run.ranker:
-                continue
-            (same if rec.task == cell.task else other).append(rec)
+    for rec in measured_records(results_dir) if records is None else records:
+        if rec.ranker.get("name") != cell.run.ranker:
+            continue
+        (same if rec.task == cell.task else other).append(rec)
     if same:
         return _minutes(min(sum(_measured(r)[:2]) for r in same))
-    target, learns_from = _target_size(cell.task), _target_size(cell.fit_task)
+    known: dict[str, Size | None] = {} if sizes is None else sizes
+    for task in {cell.task, cell.fit_task} - set(known):
+        known[task] = _target_size(task)
+    target, learns_from = known[cell.task], known[cell.fit_task]
     if not other or target is None or learns_from is None:
         return "unknown (no measured run)"
     fit_s, score_s, was = min((_measured(r) for r in other), key=lambda m: m[0] + m[1])
@@ -278,6 +286,8 @@ def dry_run(recipe: Recipe, profile: str, results_dir: Path, only: Selection = S
     from rbench.tasks.registry import data_status
 
     rows = []
+    records = measured_records(results_dir)  # shared by every cell's estimate
+    sizes: dict[str, Size | None] = {}
     for cell in plan(recipe, profile, only):
         missing = []
         for task in cell.data_tasks:
@@ -290,7 +300,7 @@ def dry_run(recipe: Recipe, profile: str, results_dir: Path, only: Selection = S
                 missing.append(how if task == cell.task else f"{how} (the source)")
         rows.append({"ranker": cell.run.label(profile), "task": cell.task, "variant": cell.run.variant,
                      "max_queries": cell.max_queries, "data": "missing: " + "; ".join(missing) if missing else
-                     "present", "estimate": estimate(cell, results_dir)})
+                     "present", "estimate": estimate(cell, results_dir, records, sizes)})
     return rows
 
 
