@@ -22,10 +22,11 @@ import tempfile
 import time
 from pathlib import Path
 
-import numpy as np
-
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+import rbench  # noqa: E402,F401,I001  (before numpy: it sets OpenBLAS's thread spin, as the CLI runs)
+import numpy as np  # noqa: E402
 
 
 class _Stub:
@@ -82,7 +83,7 @@ def _bare_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int) -> None:
 _SETTLE_S = 0.5  # pause before each timing (see part1)
 
 
-def part1(n_q: int, n_pool: int, dim: int, repeats: int = 3) -> dict:
+def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     import faiss
     import torch  # noqa: F401  (the engine uses torch.topk when torch is loaded, as dense rankers do)
 
@@ -92,47 +93,58 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 3) -> dict:
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
     q = rng.standard_normal((n_q, dim), dtype=np.float32)
     pool, queries = _setup(n_pool, n_q, emb)
-    # best of `repeats` for each (the machine is shared; the minimum is the least disturbed run).
     # Each timing starts after a short pause: OpenMP runtimes (faiss's, torch's) and OpenBLAS
     # leave their threads spinning for tens of ms after a call, which on 2 cores would slow
     # whatever is timed next (measured: rbench's top-100 at d = 128 ~25% slower right after
     # faiss's search).
-    t_faiss = t_rbench = t_gemm = t_top0 = t_numpy = float("inf")
-    for _ in range(repeats):
+    # Every round times each one once, in the same order; the ratios to the bare GEMM are taken
+    # within a round (paired: the machine's speed drifts by 10-40% over minutes) and the median
+    # over rounds is reported, as are the medians of the times.
+    t: dict[str, list[float]] = {"gemm": [], "top0": [], "faiss": [], "rbench": [], "numpy": []}
+
+    def timed(key: str, fn) -> object:
         time.sleep(_SETTLE_S)
-        t = time.perf_counter()
-        _bare_gemm(q, emb, 1024, 65536)
-        t_gemm = min(t_gemm, time.perf_counter() - t)
-        time.sleep(_SETTLE_S)
-        t = time.perf_counter()
-        evaluate(_Stub(emb, q), queries, pool, batch_size=1024, topk=0)
-        t_top0 = min(t_top0, time.perf_counter() - t)
-        time.sleep(_SETTLE_S)
-        t = time.perf_counter()
+        t0 = time.perf_counter()
+        out = fn()
+        t[key].append(time.perf_counter() - t0)
+        return out
+
+    def faiss_top100():
         index = faiss.IndexFlatIP(dim)
         index.add(emb)
-        _, top_faiss = index.search(q, 100)
-        t_faiss = min(t_faiss, time.perf_counter() - t)
-        time.sleep(_SETTLE_S)
-        t = time.perf_counter()
-        res = evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
-        t_rbench = min(t_rbench, time.perf_counter() - t)
+        return index.search(q, 100)[1]
+
+    def numpy_passes():
         os.environ["RBENCH_FUSED"] = "0"  # the numpy passes (the fused scan's reference)
-        time.sleep(_SETTLE_S)
-        t = time.perf_counter()
-        ref = evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
-        t_numpy = min(t_numpy, time.perf_counter() - t)
-        os.environ.pop("RBENCH_FUSED")
-        same = bool(np.array_equal(ref.topk_index, res.topk_index) and np.array_equal(ref.ranks.values, res.ranks.values))
+        try:
+            return evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
+        finally:
+            os.environ.pop("RBENCH_FUSED")
+
+    evaluate(_Stub(emb, q), queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
+    same = True
+    for _ in range(repeats):
+        timed("gemm", lambda: _bare_gemm(q, emb, 1024, 65536))
+        timed("top0", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024, topk=0))
+        top_faiss = timed("faiss", faiss_top100)
+        res = timed("rbench", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024))
+        ref = timed("numpy", numpy_passes)
+        same = same and bool(np.array_equal(ref.topk_index, res.topk_index)
+                             and np.array_equal(ref.ranks.values, res.ranks.values))
+    arr = {key: np.array(v) for key, v in t.items()}
+    med = {key: float(np.median(v)) for key, v in arr.items()}
+    ratio = arr["rbench"] / arr["gemm"]
     # exactness: faiss's top-1 equals ours; a positive's rank equals 1 + #(scores > its score)
     agree = float((res.topk_index[:, 0] == top_faiss[:, 0]).mean())
     i = 0
     s = emb @ q[i]
     exact = int((s > s[queries.positives[i][0]]).sum()) + 1 == int(res.ranks[i][0])
-    return {"queries": n_q, "pool": n_pool, "dim": dim, "faiss_s": t_faiss, "rbench_s": t_rbench,
-            "ratio": t_rbench / t_faiss, "top1_agree": agree, "rank_exact": exact, "gemm_s": t_gemm,
-            "top0_s": t_top0, "gemm_ratio": t_rbench / t_gemm, "numpy_s": t_numpy,
-            "numpy_ratio": t_numpy / t_gemm, "fused_equal": same}
+    return {"queries": n_q, "pool": n_pool, "dim": dim, "faiss_s": med["faiss"], "rbench_s": med["rbench"],
+            "ratio": float(np.median(arr["rbench"] / arr["faiss"])), "top1_agree": agree, "rank_exact": exact,
+            "gemm_s": med["gemm"], "top0_s": med["top0"], "gemm_ratio": float(np.median(ratio)),
+            "gemm_ratio_q": (float(np.percentile(ratio, 25)), float(np.percentile(ratio, 75))),
+            "top0_ratio": float(np.median(arr["top0"] / arr["gemm"])), "numpy_s": med["numpy"],
+            "numpy_ratio": float(np.median(arr["numpy"] / arr["gemm"])), "fused_equal": same, "rounds": repeats}
 
 
 def _child(n_pool: int, n_q: int, dim: int, path: str) -> None:
@@ -179,7 +191,7 @@ def main() -> None:
     ap.add_argument("--queries", type=int, default=3000)
     ap.add_argument("--pool", type=int, default=25000)
     ap.add_argument("--dim", default="1024,128", help="one or more dims, comma-separated")
-    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--repeats", type=int, default=9, help="paired rounds")
     ap.add_argument("--sizes", default="100000,300000,1000000,3000000,7000000")
     ap.add_argument("--scale-queries", type=int, default=256)
     ap.add_argument("--skip-part1", action="store_true")
@@ -196,18 +208,20 @@ def main() -> None:
     md = ["# Engine scale", "", f"Command: `python benchmarks/engine_scale.py {' '.join(sys.argv[1:])}`",
           f"Machine: {os.cpu_count()} cores.", ""]
     if not args.skip_part1:
-        cols = ("queries x pool x dim", "bare GEMM s", "rbench top-0 s", "rbench top-100 s",
-                "top-100 / GEMM (goal <= 1.15)", "numpy passes top-100 s", "numpy / GEMM", "fused == numpy",
+        cols = ("queries x pool x dim", "bare GEMM s", "rbench top-0 s", "top-0 / GEMM", "rbench top-100 s",
+                "top-100 / GEMM (goal <= 1.15)", "its quartiles", "numpy passes top-100 s", "numpy / GEMM",
+                "fused == numpy",
                 "faiss s", "rbench / faiss", "top-1 agree", "rank exact")
         t = Table(title="Dense full-rank evaluation vs the bare GEMM and faiss IndexFlatIP top-100 "
-                  f"(same arrays, same process, best of {args.repeats})")
+                  f"(same arrays, same process; medians of {args.repeats} rounds, ratios paired within a round)")
         for c in cols:
             t.add_column(c, justify="right")
         md += ["| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
         for dim in [int(x) for x in str(args.dim).split(",") if x]:
             r = part1(args.queries, args.pool, dim, args.repeats)
             row = [f"{r['queries']} x {r['pool']} x {r['dim']}", f"{r['gemm_s']:.3f}", f"{r['top0_s']:.3f}",
-                   f"{r['rbench_s']:.3f}", f"{r['gemm_ratio']:.2f}", f"{r['numpy_s']:.3f}",
+                   f"{r['top0_ratio']:.2f}", f"{r['rbench_s']:.3f}", f"{r['gemm_ratio']:.2f}",
+                   f"{r['gemm_ratio_q'][0]:.2f}-{r['gemm_ratio_q'][1]:.2f}", f"{r['numpy_s']:.3f}",
                    f"{r['numpy_ratio']:.2f}", str(r["fused_equal"]), f"{r['faiss_s']:.3f}", f"{r['ratio']:.2f}",
                    f"{r['top1_agree']:.3f}", str(r["rank_exact"])]
             t.add_row(*row)

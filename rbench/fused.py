@@ -17,7 +17,10 @@ Positives are *not* masked: the kernel counts them like any candidate and the ke
 their own contribution afterwards, so the top-k sees them as it must.
 
 The top-k never sorts or selects over a whole row (a float max or a per-score branch does not
-vectorise in numba; comparisons do). A row's first chunk gives a threshold: the m-th largest of
+vectorise in numba; comparisons and int maxima do). An fp32 chunk row of at least k blocks of 64
+scores gets its threshold from the blocks' maxima (int32 keys): the k-th largest maximum is
+reached by >= k scores, so it needs no second try, and only the ~k blocks reaching it are
+collected. Otherwise a row's first chunk gives a threshold: the m-th largest of
 every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it). One vectorised pass writes a
 flag byte per score (score >= threshold; the first positive's rank counts ride along); the flags
 are read eight at a time and only the few non-zero words looked at, their candidates appended
@@ -102,8 +105,10 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
     elif top.wide:  # a threshold taken from fp64 scores may not be an fp32 value: compare in
         s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
     kernels = _kernels()
+    s = np.ascontiguousarray(s)
+    ri = s.view(np.int32) if s.dtype == np.float32 else np.empty((s.shape[0], 0), dtype=np.int32)
     with _LOCK:
-        kernels.scan(np.ascontiguousarray(s), int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
+        kernels.scan(s, ri, int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
                      top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide,
                      top.out_v, top.out_i, kernels.threads())
     top.done = top.k > 0 and not more

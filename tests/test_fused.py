@@ -205,3 +205,52 @@ def test_shards(monkeypatch):
     merged = merge(parts)
     np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
     np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
+
+
+# The block-maxima threshold (fp32 chunks of >= k blocks of 64 scores): the k-th largest block
+# maximum (to a histogram bucket) is reached by >= k scores, so the top-k lies at or above it.
+
+@pytest.mark.parametrize("case", ["gaussian", "heavy_ties", "signed_zeros", "excluded_blocks", "few_finite_blocks",
+                                  "tail_block"])
+@pytest.mark.parametrize("k", [1, 37, 100])
+def test_block_threshold_topk(monkeypatch, case, k):
+    """fp32 rows long enough for the block path at every k (7,000 scores: 109 blocks and a short
+    last one): ties at the threshold overflowing the buffer (the compacting second collection),
+    -0.0 tied with 0.0 at the threshold, blocks all -inf (exclusions), fewer finite blocks than
+    k (every finite candidate), the row's best scores in the short last block."""
+    rng = np.random.default_rng(11)
+    n_q, n_pool = 6, 7000
+    table = rng.standard_normal((n_q, n_pool)).astype(np.float32)
+    exclude = None
+    positives = [[0], [1], [2], [3], [4], [6999]]
+    if case == "heavy_ties":
+        table = rng.integers(0, 3, size=(n_q, n_pool)).astype(np.float32)
+    elif case == "signed_zeros":
+        table = np.where(rng.random((n_q, n_pool)) < 0.5, -rng.random((n_q, n_pool)), 0.0).astype(np.float32)
+        table[:, ::3] = -0.0  # -0.0 and 0.0 both at the top, tied
+    elif case in ("excluded_blocks", "few_finite_blocks"):
+        blocks = 100 if case == "excluded_blocks" else 108  # of 110: 10 / 2 blocks left
+        rows = [np.sort(rng.choice(110, blocks, replace=False)) for _ in range(n_q)]
+        exclude = [[c for b in r for c in range(64 * b, min(n_pool, 64 * b + 64)) if c != p[0]]
+                   for r, p in zip(rows, positives)]
+    elif case == "tail_block":
+        table[:, -24:] += 10.0
+    queries = make_queries(positives, exclude=exclude)
+    for chunk in (7000, 65536, 3000):
+        ref, got = _both(monkeypatch, TableRanker(table), queries, make_pool(n_pool), batch_size=4,
+                         chunk_size=chunk, topk=k)
+        _check_same(ref, got)
+
+
+def test_openblas_spin_is_short_unless_chosen():
+    """rbench sets OpenBLAS's worker spin (read when numpy loads) unless the user chose one."""
+    import subprocess
+    import sys
+
+    code = "import rbench, os, numpy; print(os.environ['OPENBLAS_THREAD_TIMEOUT'])"
+    env = {k: v for k, v in __import__("os").environ.items() if k != "OPENBLAS_THREAD_TIMEOUT"}
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "4"
+    env["OPENBLAS_THREAD_TIMEOUT"] = "12"
+    assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                          check=True).stdout.strip() == "12"
