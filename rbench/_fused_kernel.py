@@ -210,6 +210,14 @@ _KEY_NEG_INF = np.int32(-2139095041)  # key(-inf): the order-preserving int32 ke
 
 
 @numba.njit(inline="always")
+def fp32_key(x):
+    """The int32 order-preserving key of an fp32 score's bits x (-0.0 mapped with 0.0): key order
+    is the scores' order, ties included."""
+    key = np.int32(x ^ np.int32(np.int32(x >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    return np.int32(key + np.int32(key == np.int32(-1)))
+
+
+@numba.njit(inline="always")
 def block_maxima(row, ri, bm, p, count):
     """One vectorised pass: bm[b] = the largest key of the row's b-th block of BLOCK scores (the
     last, shorter block included), where key is the int32 order-preserving map of the fp32 bits
@@ -218,16 +226,13 @@ def block_maxima(row, ri, bm, p, count):
     counted on the way (the first positive's rank). Returns (blocks, higher, equal)."""
     C = row.shape[0]
     nb = C // BLOCK
-    mask = np.int32(0x7FFFFFFF)
     h = np.int32(0)
     e = np.int32(0)
     if count:
         for b in range(nb):
             m = np.int32(-2147483648)
             for c in range(b * BLOCK, b * BLOCK + BLOCK):
-                x = ri[c]
-                key = np.int32(x ^ np.int32(np.int32(x >> np.int32(31)) & mask))
-                key = np.int32(key + np.int32(key == np.int32(-1)))
+                key = fp32_key(ri[c])
                 m = key if key > m else m
                 y = row[c]
                 h = np.int32(h + np.int32(y > p))
@@ -237,17 +242,13 @@ def block_maxima(row, ri, bm, p, count):
         for b in range(nb):
             m = np.int32(-2147483648)
             for c in range(b * BLOCK, b * BLOCK + BLOCK):
-                x = ri[c]
-                key = np.int32(x ^ np.int32(np.int32(x >> np.int32(31)) & mask))
-                key = np.int32(key + np.int32(key == np.int32(-1)))
+                key = fp32_key(ri[c])
                 m = key if key > m else m
             bm[b] = m
     if nb * BLOCK < C:
         m = np.int32(-2147483648)
         for c in range(nb * BLOCK, C):
-            x = ri[c]
-            key = np.int32(x ^ np.int32(np.int32(x >> np.int32(31)) & mask))
-            key = np.int32(key + np.int32(key == np.int32(-1)))
+            key = fp32_key(ri[c])
             m = key if key > m else m
             if count:
                 y = row[c]
