@@ -354,7 +354,8 @@ def flag_rank(row, t, strict, fl, r, thr, higher, equal):
 @numba.njit(inline="always")
 def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, ri, bm, hist):
     """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
-    way). n < 0: the row's first chunk; a threshold is estimated from a sample and kept only if
+    way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
+    others one estimated from a sample and kept only if
     at least k scores reach it (so the top-k lies at or above it); otherwise a lower one, then
     every finite candidate. Later chunks collect what reaches the row's current threshold.
     Returns (n, t, strict)."""
