@@ -26,6 +26,8 @@ if numba.config.THREADING_LAYER == "default" and "NUMBA_THREADING_LAYER" not in 
     numba.config.THREADING_LAYER = "workqueue"
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+from rbench._gemm_kernel import MC, MR, NR, block_product, pack_rows
+
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
 
 STRIDE = 16  # the threshold's sample: every STRIDE-th score of a chunk row (one per cache line)
@@ -352,7 +354,7 @@ def flag_rank(row, t, strict, fl, r, thr, higher, equal):
 
 
 @numba.njit(inline="always")
-def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, ri, bm, hist):
+def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, rowi, bm, hist):
     """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
     way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
     others one estimated from a sample and kept only if
@@ -363,9 +365,9 @@ def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, eq
         tr[0] = t
         flag_rank(row, tr[0], strict, fl, r, thr, higher, equal)
         return collect(row, a, fl, t, strict, k, bv, bi, n, tr)
-    if ri.shape[1] > 0 and row.shape[0] // BLOCK >= k:  # fp32 rows of >= k blocks: block maxima
+    if rowi.shape[0] > 0 and row.shape[0] // BLOCK >= k:  # fp32 rows of >= k blocks: block maxima
         count = thr.shape[1] > 0
-        nb, h, e = block_maxima(row, ri[r], bm, thr[r, 0] if count else row[0], count)
+        nb, h, e = block_maxima(row, rowi, bm, thr[r, 0] if count else row[0], count)
         if count:
             higher[r, 0] += h
             equal[r, 0] += e
@@ -417,6 +419,43 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
                 equal[r, jj] -= v == thr[r, jj]
 
 
+@numba.njit(inline="always")
+def row_scratch(s, k, bv, more):
+    """One thread's scratch for ``scan_row`` over rows of s's length and dtype: the flags (whole
+    32-byte spans, zero past the row), the threshold's sample, a 1-element score of s's dtype,
+    the final sort's scratch (only when no chunk follows), the block maxima and their histogram."""
+    C = s.shape[-1]
+    fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
+    sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
+    tr = np.empty(1, dtype=s.dtype)
+    keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(bv.shape[1] if not more else 0, bv)
+    bm = np.empty(C // BLOCK + 1, dtype=np.int32)
+    bhist = np.empty(N_BUCKETS, dtype=np.int64)
+    return fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist
+
+
+@numba.njit(inline="always")
+def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
+             narrow, out_v, out_i, scratch):
+    """Row r's visit of ``scan`` (row: its scores in this chunk, rowi: their int32 view when fp32,
+    else empty; scratch: ``row_scratch``)."""
+    fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist = scratch
+    first = 0
+    if k > 0:
+        n, t, strict = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
+                                r, thr, higher, equal, rowi, bm, bhist)
+        if more and not strict and n > k:  # later chunks: only what beats the k-th best
+            n, t = keep_best(bv[r], bi[r], n, k)
+            strict = True
+        bn[r], bt[r], bs[r] = n, t, strict
+        if not more:
+            finish_row(bv[r], bi[r], n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
+        first = 1
+    rank_counts(row, r, a, thr, pos, higher, equal, first)
+    if want_finite:
+        finite[r] += count_finite(row)
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, narrow, out_v,
          out_i, n_threads):
@@ -428,33 +467,43 @@ def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, 
     sorted into out_v/out_i right away, while its buffer is in cache (as ``finish``; narrow: every
     score seen is an fp32 value). ri: s's int32 view when s is fp32 (the block-maxima threshold),
     else B x 0."""
-    B, C = s.shape
+    B = s.shape[0]
     n_blocks = max(1, min(B, n_threads))
     for th in numba.prange(n_blocks):
-        fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)  # whole 32-byte spans, zero past C
-        sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
-        tr = np.empty(1, dtype=s.dtype)
-        width = bv.shape[1] if not more else 0  # the final sort's scratch
-        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width, bv)
-        bm = np.empty(C // BLOCK + 1, dtype=np.int32)  # the block maxima's scratch
-        bhist = np.empty(N_BUCKETS, dtype=np.int64)
+        scratch = row_scratch(s, k, bv, more)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
-            row = s[r]
-            first = 0
-            if k > 0:
-                n, t, strict = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
-                                        r, thr, higher, equal, ri, bm, bhist)
-                if more and not strict and n > k:  # later chunks: only what beats the k-th best
-                    n, t = keep_best(bv[r], bi[r], n, k)
-                    strict = True
-                bn[r], bt[r], bs[r] = n, t, strict
-                if not more:
-                    finish_row(bv[r], bi[r], n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
-                               hist, f32)
-                first = 1
-            rank_counts(row, r, a, thr, pos, higher, equal, first)
-            if want_finite:
-                finite[r] += count_finite(row)
+            scan_row(s[r], ri[r], r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
+                     narrow, out_v, out_i, scratch)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs,
+              more, out_v, out_i, n_threads):
+    """``scan`` over the chunk's scores q @ candidates (bp: the C candidates packed by
+    ``_gemm_kernel.pack_columns``), computed here a block of MC query rows at a time and scanned
+    while the block is in cache (it is never written to memory whole). Row r's excluded
+    candidates, ex_col[ex_off[r]:ex_off[r+1]] (chunk columns), score -inf. The scores are the
+    bits ``_gemm_kernel.gemm`` writes."""
+    B, K = q.shape
+    Cp = bp.shape[0] * NR
+    n_blocks = max(1, min(B, n_threads))
+    for th in numba.prange(n_blocks):
+        ap = np.empty((MC // MR, K, MR), dtype=np.float32)
+        tmp = np.empty((MR, NR), dtype=np.float32)
+        cb = np.empty(MC * Cp, dtype=np.float32)  # one block's scores, rows Cp apart
+        cbi = cb.view(np.int32)
+        scratch = row_scratch(cb[:C], k, bv, more)
+        r1 = (th + 1) * B // n_blocks
+        for i0 in range(th * B // n_blocks, r1, MC):
+            i1 = min(r1, i0 + MC)
+            pack_rows(q, i0, i1, ap)
+            block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
+            for r in range(i0, i1):
+                o = (r - i0) * Cp
+                for j in range(ex_off[r], ex_off[r + 1]):
+                    cb[o + ex_col[j]] = -np.inf
+                scan_row(cb[o : o + C], cbi[o : o + C], r, a, thr, pos, want_finite, higher, equal, finite, k, bv,
+                         bi, bn, bt, bs, more, True, out_v, out_i, scratch)
 
 
 def buffer_width(k: int) -> int:

@@ -196,6 +196,7 @@ def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray 
     return np.count_nonzero(out, axis=1)
 
 
+_PACKED_BYTES = 1 << 29  # packed candidate chunks kept across query batches (dense scorer, own GEMM)
 _TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
 
 
@@ -219,6 +220,16 @@ def _count_block(s: np.ndarray, spc: np.ndarray, higher: np.ndarray, equal: np.n
             hi = np.searchsorted(srt[i], spc[i], side="right")
             higher[i] += C - hi
             equal[i] += hi - lo
+
+
+def _chunk_exclusions(excl: Ragged | None, n_rows: int, a: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's exclusions inside the chunk of pool indices a .. a+n_cols-1, as (row offsets
+    (n_rows + 1), chunk columns): row r's are cols[off[r]:off[r+1]]."""
+    if excl is None or not len(excl.values):
+        return np.zeros(n_rows + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
+    inside = (ev >= a) & (ev < a + n_cols)
+    return np.searchsorted(er[inside], np.arange(n_rows + 1)).astype(np.int64), ev[inside] - a
 
 
 def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
@@ -376,25 +387,50 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
     ``finite_inputs``: the query vectors are checked here; when the candidates were checked too
     (``pool_checked``, as ``make_scorer`` does), the engine skips scanning every score for NaN/inf."""
     cache: dict[str, Any] = {}
+    packed: dict[tuple[int, int], np.ndarray] = {}
+    own = fused.own_gemm(int(emb.shape[1]))
 
-    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+    def query_vectors(batch: Queries) -> np.ndarray:
         if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
             cache["batch"], cache["q"] = batch, _query_vectors(encode_queries(batch), batch, emb.shape[1], name)
-        q = cache["q"]
+        return cache["q"]
+
+    def candidates(cand: np.ndarray) -> Any:
+        if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
+            return emb[cand[0] : cand[-1] + 1]
+        return emb[cand]
+
+    def packed_chunk(cand: np.ndarray) -> np.ndarray:
+        """The chunk's candidates packed for rbench's GEMM; a contiguous chunk's are kept for the
+        next query batches while all kept fit in _PACKED_BYTES (packing costs ~2% of a batch's GEMM)."""
+        key = (int(cand[0]), len(cand)) if len(cand) and cand[-1] - cand[0] + 1 == len(cand) else None
+        if key is not None and key in packed:
+            return packed[key]
+        block = fused.pack(candidates(cand))
+        if key is not None and sum(p.nbytes for p in packed.values()) + block.nbytes <= _PACKED_BYTES:
+            packed[key] = block
+        return block
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        q = query_vectors(batch)
         if cand.ndim == 1:
-            if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
-                block = emb[cand[0] : cand[-1] + 1]
-            else:
-                block = emb[cand]
             size = q.shape[0] * len(cand)
             if cache.get("buf") is None or cache["buf"].size < size:
                 cache["buf"] = np.empty(size, dtype=np.float32)
             out = cache["buf"][:size].reshape(q.shape[0], len(cand))
-            return np.matmul(q, np.asarray(block, dtype=np.float32).T, out=out)
+            if own and len(cand):
+                return fused.gemm(q, packed_chunk(cand), out)
+            return np.matmul(q, np.asarray(candidates(cand), dtype=np.float32).T, out=out)
         return np.einsum("bd,bmd->bm", q, np.asarray(emb[cand], dtype=np.float32))
+
+    def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM
+        and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
+        return query_vectors(batch), packed_chunk(cand)
 
     score.scratch_output = True  # type: ignore[attr-defined]
     score.finite_inputs = pool_checked  # type: ignore[attr-defined]
+    score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
     return score
 
 
@@ -445,6 +481,7 @@ def evaluate(
     n_ranked = np.zeros(n, dtype=np.int64)
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     fused_scan = fused.enabled()
+    gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
     spare_top: fused.TopK | None = None
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
@@ -472,6 +509,18 @@ def evaluate(
         pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
         finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
         for a, cand in _Chunks(batch, pool_range, chunk_size):
+            if gemm_operands is not None and cand.ndim == 1 and len(cand) and (carried is None or not carried.wide):
+                # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache
+                C = len(cand)
+                ex_off, ex_col = _chunk_exclusions(excl, B, a, C)
+                if carried is None:
+                    carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
+                q_vecs, packed = gemm_operands(batch, cand)
+                fused.gemm_scan(q_vecs, packed, C, a, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0, higher,
+                                equal, finite, carried, more=a + C < pool_range[1])
+                if not len(ex_col):
+                    finite += C
+                continue
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above
             else:

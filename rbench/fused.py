@@ -114,6 +114,55 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
     top.done = top.k > 0 and not more
 
 
+@cache
+def _gemm_kernels() -> Any:
+    if _kernels() is None:  # (imports the scan's kernels first: they choose numba's threading layer)
+        return None
+    from rbench import _gemm_kernel
+    return _gemm_kernel
+
+
+def own_gemm(dim: int) -> bool:
+    """Whether the dense scorer's GEMMs are rbench's own kernel (``rbench._gemm_kernel``): numba
+    importable, dim <= its MAX_DIM (above, OpenBLAS is faster here), and ``RBENCH_GEMM`` not
+    ``blas``. Independent of ``RBENCH_FUSED``: the fused and the reference path see the same bits."""
+    if os.environ.get("RBENCH_GEMM", "own") == "blas":
+        return False
+    kernels = _gemm_kernels()
+    return kernels is not None and 0 < dim <= kernels.MAX_DIM
+
+
+def pack(e: Any) -> np.ndarray:
+    """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in fp32)."""
+    return _gemm_kernels().pack(e)
+
+
+def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out (B x C, C-contiguous fp32) = q (B x d) @ the packed candidates' transpose."""
+    kernels = _gemm_kernels()
+    with _LOCK:
+        kernels.gemm(np.ascontiguousarray(q, dtype=np.float32), packed, out, _kernels().threads())
+    return out
+
+
+def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
+              ex_off: np.ndarray, ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray,
+              finite: np.ndarray, top: TopK, more: bool = True) -> None:
+    """``scan`` over the scores ``gemm`` would write for q and the n_cols packed candidates
+    (pool indices from a), computed and scanned a block of query rows at a time while the block
+    is in cache, never written whole. Row r's excluded candidates are the chunk columns
+    ``ex_col[ex_off[r]:ex_off[r+1]]`` (they score -inf). Only for rows that saw no fp64 chunk."""
+    if top.wide:
+        raise ValueError("gemm_scan computes fp32 scores: it cannot follow an fp64 chunk")
+    kernels = _kernels()
+    with _LOCK:
+        kernels.gemm_scan(np.ascontiguousarray(q, dtype=np.float32), packed, int(n_cols), int(a),
+                          np.ascontiguousarray(thr, dtype=np.float32), pos, ex_off, ex_col, bool(count_finite),
+                          higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict,
+                          bool(more), top.out_v, top.out_i, kernels.threads())
+    top.done = top.k > 0 and not more
+
+
 def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
     """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
     if not top.done:

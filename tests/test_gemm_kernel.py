@@ -1,0 +1,155 @@
+"""rbench's own GEMM (rbench/_gemm_kernel.py) and the engine's fused GEMM + scan over it.
+
+The GEMM is checked against an fp64 product (within the fp32 dot-product error bound, as
+OpenBLAS is), for the same bits whatever the row blocking, batch or thread count, and for its
+packing layout; the fused GEMM + scan against the engine's numpy passes over the scores the GEMM
+writes (``RBENCH_FUSED=0``): every rank count and the top-k identical, ties and exclusions
+included."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rbench import fused
+from rbench.engine import evaluate, merge, vector_scorer
+from tests.helpers import make_pool, make_queries
+
+pytestmark = pytest.mark.skipif(not fused.own_gemm(128), reason="numba not installed")
+
+
+def _gemm(q, e):
+    out = np.full((len(q), len(e)), np.nan, dtype=np.float32)
+    return fused.gemm(q, fused.pack(e), out)
+
+
+@pytest.mark.parametrize("shape", [(1, 1, 1), (5, 17, 3), (6, 16, 8), (13, 33, 128), (49, 161, 64),
+                                   (40, 1000, 512), (7, 5, 300)])
+def test_gemm_within_the_fp32_error_bound(shape):
+    """Every score within K * eps * sum(|q_k e_k|) of the exact product (the bound a sequential fp32
+    dot product meets), and as close as numpy's: edges of MR-row and NR-column tiles included."""
+    B, C, K = shape
+    rng = np.random.default_rng(K)
+    q = rng.standard_normal((B, K)).astype(np.float32)
+    e = rng.standard_normal((C, K)).astype(np.float32)
+    got = _gemm(q, e)
+    exact = q.astype(np.float64) @ e.T.astype(np.float64)
+    bound = K * np.finfo(np.float32).eps * (np.abs(q).astype(np.float64) @ np.abs(e).T.astype(np.float64))
+    assert np.isfinite(got).all()
+    assert (np.abs(got - exact) <= bound + 1e-30).all()
+    np.testing.assert_allclose(got, q @ e.T, rtol=1e-4, atol=1e-4 * np.sqrt(K))
+
+
+def test_gemm_same_bits_whatever_the_blocking():
+    """A score is one fma chain over k in order: the same bits for any subset of rows (other row
+    blocks and tiles), any thread count, and in the fused scan's blocks."""
+    import numba
+
+    rng = np.random.default_rng(2)
+    q = rng.standard_normal((130, 96)).astype(np.float32)
+    e = rng.standard_normal((1001, 96)).astype(np.float32)
+    whole = _gemm(q, e)
+    for rows in (slice(0, 1), slice(7, 60), slice(53, 130)):
+        np.testing.assert_array_equal(_gemm(q[rows], e), whole[rows])
+    np.testing.assert_array_equal(_gemm(q, e[300:700]), whole[:, 300:700])
+    threads = numba.get_num_threads()
+    try:
+        numba.set_num_threads(1)
+        np.testing.assert_array_equal(_gemm(q, e), whole)
+    finally:
+        numba.set_num_threads(threads)
+
+
+def test_pack_layout():
+    """Panels of 16 candidates: packed[p, k, j] = e[16 p + j, k], zeros past the last candidate."""
+    e = np.arange(37 * 5, dtype=np.float32).reshape(37, 5)
+    p = fused.pack(e)
+    assert p.shape == (3, 5, 16)
+    for c in range(48):
+        want = e[c] if c < 37 else np.zeros(5, dtype=np.float32)
+        np.testing.assert_array_equal(p[c // 16, :, c % 16], want)
+
+
+def test_own_gemm_choice(monkeypatch):
+    """rbench's GEMM up to MAX_DIM unless ``RBENCH_GEMM=blas``; numpy's (OpenBLAS) otherwise, and
+    then the engine has no fused GEMM + scan to use."""
+    from rbench import _gemm_kernel
+
+    assert fused.own_gemm(_gemm_kernel.MAX_DIM) and not fused.own_gemm(_gemm_kernel.MAX_DIM + 1)
+    emb = np.ones((10, 8), dtype=np.float32)
+    queries = make_queries([[0]])
+    assert vector_scorer(emb, np.ones((1, 8), np.float32), queries).gemm_operands is not None
+    monkeypatch.setenv("RBENCH_GEMM", "blas")
+    assert not fused.own_gemm(8)
+    assert vector_scorer(emb, np.ones((1, 8), np.float32), queries).gemm_operands is None
+
+
+def _both(monkeypatch, *args, **kw):
+    monkeypatch.setenv("RBENCH_FUSED", "0")
+    ref = evaluate(*args, **kw)
+    monkeypatch.setenv("RBENCH_FUSED", "1")
+    return ref, evaluate(*args, **kw)
+
+
+def _check_same(ref, got):
+    for field in ("higher", "equal", "n_ranked", "topk_index", "topk_score"):
+        np.testing.assert_array_equal(getattr(got, field), getattr(ref, field), err_msg=field)
+    np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
+
+
+@pytest.mark.parametrize("case", ["gaussian", "ties", "exclusions"])
+@pytest.mark.parametrize("k", [0, 1, 100])
+def test_fused_gemm_scan_equals_numpy_passes(monkeypatch, case, k):
+    """The dense scorer's fused GEMM + scan against the numpy passes over the same GEMM's scores:
+    rows in several MC blocks and threads (a batch of 101), a pool not a multiple of 16 in one
+    chunk and in uneven chunks, several graded positives, coarse vectors (heavy ties at the
+    positives and at the top-k threshold), exclusions inside and across chunks."""
+    rng = np.random.default_rng(5)
+    n_pool, n_q, dim = 7003, 101, 24
+    emb = rng.standard_normal((n_pool, dim)).astype(np.float32)
+    q = rng.standard_normal((n_q, dim)).astype(np.float32)
+    if case == "ties":
+        emb, q = np.round(emb).astype(np.float32), np.round(q).astype(np.float32)
+    positives = [rng.choice(n_pool, int(rng.integers(1, 4)), replace=False).tolist() for _ in range(n_q)]
+    grades = [rng.integers(1, 4, len(p)).astype(float).tolist() for p in positives]
+    exclude = None
+    if case == "exclusions":
+        exclude = [np.setdiff1d(rng.choice(n_pool, 300, replace=False), p).tolist() for p in positives]
+        exclude[3] = sorted(set(range(n_pool)) - set(positives[3]) - set(range(0, n_pool, 97)))  # few left
+    queries = make_queries(positives, grades, exclude)
+    scorer = vector_scorer(emb, q, queries, pool_checked=True)
+    calls = []
+    real = fused.gemm_scan
+    monkeypatch.setattr(fused, "gemm_scan", lambda *a, **kw: calls.append(1) or real(*a, **kw))
+    for chunk in (65536, 2500):
+        ref, got = _both(monkeypatch, None, queries, make_pool(n_pool), scorer=scorer, batch_size=101,
+                         chunk_size=chunk, topk=k)
+        _check_same(ref, got)
+    assert len(calls) == 1 + 3  # one chunk, then three: the fused path ran (not the numpy passes)
+    if k:
+        s = q.astype(np.float64) @ emb.T.astype(np.float64)
+        if exclude is not None:
+            for r, ex in enumerate(exclude):
+                s[r, ex] = -np.inf
+        best = s.argmax(axis=1)
+        assert (np.take_along_axis(s, got.topk_index[:, :1], axis=1)[:, 0] == s[np.arange(n_q), best]).all()
+
+
+def test_fused_gemm_scan_shards(monkeypatch):
+    """Shards (pool_range) through the fused GEMM + scan equal the numpy passes and merge into
+    the whole scan."""
+    rng = np.random.default_rng(8)
+    emb = rng.standard_normal((5000, 40)).astype(np.float32)
+    q = rng.standard_normal((20, 40)).astype(np.float32)
+    queries = make_queries([[i * 240 + 7] for i in range(20)])
+    scorer = vector_scorer(emb, q, queries, pool_checked=True)
+    whole = evaluate(None, queries, make_pool(5000), scorer=scorer, chunk_size=2048, topk=100)
+    parts = []
+    for pr in ((0, 1999), (1999, 5000)):
+        ref, got = _both(monkeypatch, None, queries, make_pool(5000), scorer=scorer, chunk_size=2048, topk=100,
+                         pool_range=pr)
+        _check_same(ref, got)
+        parts.append(got)
+    merged = merge(parts)
+    np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
+    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
