@@ -80,6 +80,20 @@ def _bare_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int) -> None:
             np.matmul(qq, block.T, out=out[: len(qq) * len(block)].reshape(len(qq), len(block)))
 
 
+def _own_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int) -> None:
+    """rbench's own GEMM alone (``rbench._gemm_kernel``, d <= its MAX_DIM), as the engine runs it:
+    each chunk packed once, each query batch x chunk written whole into one reused buffer."""
+    from rbench import fused
+
+    packed = [fused.pack(emb[c : c + chunk]) for c in range(0, len(emb), chunk)]
+    out = np.empty(batch * min(chunk, len(emb)), dtype=np.float32)
+    for a in range(0, len(q), batch):
+        qq = q[a : a + batch]
+        for c, p in zip(range(0, len(emb), chunk), packed):
+            n = min(chunk, len(emb) - c)
+            fused.gemm(qq, p, out[: len(qq) * n].reshape(len(qq), n))
+
+
 _SETTLE_S = 0.5  # pause before each timing (see part1)
 
 
@@ -100,7 +114,10 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     # Every round times each one once, in the same order; the ratios to the bare GEMM are taken
     # within a round (paired: the machine's speed drifts by 10-40% over minutes) and the median
     # over rounds is reported, as are the medians of the times.
-    t: dict[str, list[float]] = {"gemm": [], "top0": [], "faiss": [], "rbench": [], "numpy": []}
+    from rbench import fused
+
+    own = fused.own_gemm(dim)
+    t: dict[str, list[float]] = {"gemm": [], "own": [], "top0": [], "faiss": [], "rbench": [], "numpy": []}
 
     def timed(key: str, fn) -> object:
         time.sleep(_SETTLE_S)
@@ -125,13 +142,15 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     same = True
     for _ in range(repeats):
         timed("gemm", lambda: _bare_gemm(q, emb, 1024, 65536))
+        if own:
+            timed("own", lambda: _own_gemm(q, emb, 1024, 65536))
         timed("top0", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024, topk=0))
         top_faiss = timed("faiss", faiss_top100)
         res = timed("rbench", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024))
         ref = timed("numpy", numpy_passes)
         same = same and bool(np.array_equal(ref.topk_index, res.topk_index)
                              and np.array_equal(ref.ranks.values, res.ranks.values))
-    arr = {key: np.array(v) for key, v in t.items()}
+    arr = {key: np.array(v) for key, v in t.items() if v}
     med = {key: float(np.median(v)) for key, v in arr.items()}
     ratio = arr["rbench"] / arr["gemm"]
     # exactness: faiss's top-1 equals ours; a positive's rank equals 1 + #(scores > its score)
@@ -144,6 +163,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
             "gemm_s": med["gemm"], "top0_s": med["top0"], "gemm_ratio": float(np.median(ratio)),
             "gemm_ratio_q": (float(np.percentile(ratio, 25)), float(np.percentile(ratio, 75))),
             "top0_ratio": float(np.median(arr["top0"] / arr["gemm"])), "numpy_s": med["numpy"],
+            "own_s": med.get("own"), "own_ratio": float(np.median(arr["rbench"] / arr["own"])) if own else None,
             "numpy_ratio": float(np.median(arr["numpy"] / arr["gemm"])), "fused_equal": same, "rounds": repeats}
 
 
@@ -209,7 +229,8 @@ def main() -> None:
           f"Machine: {os.cpu_count()} cores.", ""]
     if not args.skip_part1:
         cols = ("queries x pool x dim", "bare GEMM s", "rbench top-0 s", "top-0 / GEMM", "rbench top-100 s",
-                "top-100 / GEMM (goal <= 1.15)", "its quartiles", "numpy passes top-100 s", "numpy / GEMM",
+                "top-100 / GEMM (goal <= 1.15)", "its quartiles", "rbench's GEMM alone s", "top-100 / it",
+                "numpy passes top-100 s", "numpy / GEMM",
                 "fused == numpy",
                 "faiss s", "rbench / faiss", "top-1 agree", "rank exact")
         t = Table(title="Dense full-rank evaluation vs the bare GEMM and faiss IndexFlatIP top-100 "
@@ -221,7 +242,9 @@ def main() -> None:
             r = part1(args.queries, args.pool, dim, args.repeats)
             row = [f"{r['queries']} x {r['pool']} x {r['dim']}", f"{r['gemm_s']:.3f}", f"{r['top0_s']:.3f}",
                    f"{r['top0_ratio']:.2f}", f"{r['rbench_s']:.3f}", f"{r['gemm_ratio']:.2f}",
-                   f"{r['gemm_ratio_q'][0]:.2f}-{r['gemm_ratio_q'][1]:.2f}", f"{r['numpy_s']:.3f}",
+                   f"{r['gemm_ratio_q'][0]:.2f}-{r['gemm_ratio_q'][1]:.2f}",
+                   "-" if r["own_s"] is None else f"{r['own_s']:.3f}",
+                   "-" if r["own_ratio"] is None else f"{r['own_ratio']:.2f}", f"{r['numpy_s']:.3f}",
                    f"{r['numpy_ratio']:.2f}", str(r["fused_equal"]), f"{r['faiss_s']:.3f}", f"{r['ratio']:.2f}",
                    f"{r['top1_agree']:.3f}", str(r["rank_exact"])]
             t.add_row(*row)
@@ -245,7 +268,13 @@ def main() -> None:
         console.print(t)
     out = ROOT / "benchmarks" / "results" / "engine_scale.md"
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text("\n".join(md) + "\n")
+    earlier = out.read_text().split("\n", 1)[1].lstrip("\n") if out.exists() else ""  # (below its title)
+    text = "\n".join(md) + "\n"
+    if earlier:
+        text += "\n---\n\nEarlier runs (this file's previous contents):\n\n" + earlier
+    from rbench.atomic import atomic_write_text
+
+    atomic_write_text(out, text)
     console.print(f"written: {out}")
 
 

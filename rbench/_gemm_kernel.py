@@ -28,6 +28,7 @@ from numba.extending import intrinsic
 MR = 6  # rows (queries) of a micro-tile
 NR = 16  # columns (candidates) of a micro-tile: two 8-lane fp32 vectors
 MC = 48  # query rows per block: a block's packed rows stay in L2 while the candidates stream
+PART_BYTES = 1 << 24  # packed candidates per fused GEMM + scan call: they stay in L3 (32 MiB here)
 MAX_DIM = 512  # above this OpenBLAS is faster here (no K blocking in this kernel)
 
 
@@ -151,9 +152,15 @@ def gemm(q, bp, out, n_threads):
             block_product(ap, i1 - i0, bp, flat[i0 * C :], C, C, tmp)
 
 
-def pack(e: np.ndarray) -> np.ndarray:
-    """The packed panels of candidates e (C x K; converted to fp32, C-contiguous)."""
+def pack(e: np.ndarray, buf: np.ndarray | None = None) -> np.ndarray:
+    """The packed panels of candidates e (C x K; converted to fp32, C-contiguous), written into
+    buf's memory when it is large enough (a view of it is returned)."""
     e = np.ascontiguousarray(e, dtype=np.float32)
-    out = np.empty((n_panels(len(e)), e.shape[1], NR), dtype=np.float32)
+    shape = (n_panels(len(e)), e.shape[1], NR)
+    size = shape[0] * shape[1] * shape[2]
+    if buf is not None and buf.size >= size:
+        out = buf.reshape(-1)[:size].reshape(shape)
+    else:
+        out = np.empty(shape, dtype=np.float32)
     pack_columns(e, out)
     return out

@@ -196,7 +196,7 @@ def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray 
     return np.count_nonzero(out, axis=1)
 
 
-_PACKED_BYTES = 1 << 29  # packed candidate chunks kept across query batches (dense scorer, own GEMM)
+_PACKED_BYTES = 1 << 26  # a pool packed this small keeps its packed chunks across query batches (own GEMM)
 _TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
 
 
@@ -401,14 +401,19 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
         return emb[cand]
 
     def packed_chunk(cand: np.ndarray) -> np.ndarray:
-        """The chunk's candidates packed for rbench's GEMM; a contiguous chunk's are kept for the
-        next query batches while all kept fit in _PACKED_BYTES (packing costs ~2% of a batch's GEMM)."""
+        """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
+        _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
+        for each batch into one reused buffer (fresh pages cost more than the packing:
+        measured 0.3 s vs 0.1 s for a 1M x 128 pool)."""
         key = (int(cand[0]), len(cand)) if len(cand) and cand[-1] - cand[0] + 1 == len(cand) else None
         if key is not None and key in packed:
             return packed[key]
-        block = fused.pack(candidates(cand))
-        if key is not None and sum(p.nbytes for p in packed.values()) + block.nbytes <= _PACKED_BYTES:
+        keep = key is not None and len(emb) * emb.shape[1] * 4 <= _PACKED_BYTES
+        block = fused.pack(candidates(cand), None if keep else cache.get("pack_buf"))
+        if keep:
             packed[key] = block
+        else:
+            cache["pack_buf"] = block
         return block
 
     def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
@@ -430,6 +435,7 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
 
     score.scratch_output = True  # type: ignore[attr-defined]
     score.finite_inputs = pool_checked  # type: ignore[attr-defined]
+    operands.dim = int(emb.shape[1])  # type: ignore[attr-defined]
     score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
     return score
 
@@ -510,16 +516,20 @@ def evaluate(
         finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
         for a, cand in _Chunks(batch, pool_range, chunk_size):
             if gemm_operands is not None and cand.ndim == 1 and len(cand) and (carried is None or not carried.wide):
-                # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache
-                C = len(cand)
-                ex_off, ex_col = _chunk_exclusions(excl, B, a, C)
+                # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache,
+                # over parts of the chunk whose packed candidates stay in cache too
                 if carried is None:
                     carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
-                q_vecs, packed = gemm_operands(batch, cand)
-                fused.gemm_scan(q_vecs, packed, C, a, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0, higher,
-                                equal, finite, carried, more=a + C < pool_range[1])
-                if not len(ex_col):
-                    finite += C
+                width = fused.gemm_width(gemm_operands.dim)
+                for s0 in range(0, len(cand), width):
+                    part = cand[s0 : s0 + width]
+                    C, a0 = len(part), a + s0
+                    ex_off, ex_col = _chunk_exclusions(excl, B, a0, C)
+                    q_vecs, packed = gemm_operands(batch, part)
+                    fused.gemm_scan(q_vecs, packed, C, a0, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0,
+                                    higher, equal, finite, carried, more=a0 + C < pool_range[1])
+                    if not len(ex_col):
+                        finite += C
                 continue
             if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
                 s = full  # already scored above

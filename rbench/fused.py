@@ -7,6 +7,11 @@ d = 128 those passes cost more than the GEMM itself. This kernel walks each row 
 sits in cache (rows in parallel), so exact evaluation with a top-100 costs little more than the
 GEMM (``benchmarks/engine_scale.py``).
 
+For the dense scorer at d <= 512 the GEMM is rbench's own (``rbench._gemm_kernel``) and the
+two are fused (``gemm_scan``): each block of 48 query rows is multiplied and scanned while its
+scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never written to memory and
+read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
+
 It is an accelerator, not a second definition: ``rbench.engine`` keeps its numpy passes as the
 reference (``RBENCH_FUSED=0`` selects them; ``tests/test_fused.py`` checks both give identical
 results, ties and exclusions included), and falls back to them where numba is not installed.
@@ -132,9 +137,18 @@ def own_gemm(dim: int) -> bool:
     return kernels is not None and 0 < dim <= kernels.MAX_DIM
 
 
-def pack(e: Any) -> np.ndarray:
-    """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in fp32)."""
-    return _gemm_kernels().pack(e)
+def gemm_width(dim: int) -> int:
+    """How many candidates ``gemm_scan`` should take at a time: their packed vectors (PART_BYTES)
+    stay in cache while every block of query rows passes over them (measured: a 262,144-candidate
+    chunk at d = 128 in one call ran 1.5x slower than the same chunk in parts)."""
+    kernels = _gemm_kernels()
+    return max(kernels.NR, kernels.PART_BYTES // (4 * dim) // kernels.NR * kernels.NR)
+
+
+def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
+    """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in
+    fp32), in buf's memory when it is large enough."""
+    return _gemm_kernels().pack(e, buf)
 
 
 def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
