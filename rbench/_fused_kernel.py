@@ -478,19 +478,20 @@ def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs,
-              more, out_v, out_i, n_threads):
+              more, out_v, out_i, blocks, n_threads):
     """``scan`` over the chunk's scores q @ candidates (bp: the C candidates packed by
     ``_gemm_kernel.pack_columns``), computed here a block of MC query rows at a time and scanned
     while the block is in cache (it is never written to memory whole). Row r's excluded
     candidates, ex_col[ex_off[r]:ex_off[r+1]] (chunk columns), score -inf. The scores are the
-    bits ``_gemm_kernel.gemm`` writes."""
+    bits ``_gemm_kernel.gemm`` writes. blocks: each thread's block of scores (n_threads x >= MC
+    x Cp), reused from call to call (fresh pages cost more than the scan here)."""
     B, K = q.shape
     Cp = bp.shape[0] * NR
     n_blocks = max(1, min(B, n_threads))
     for th in numba.prange(n_blocks):
         ap = np.empty((MC // MR, K, MR), dtype=np.float32)
         tmp = np.empty((MR, NR), dtype=np.float32)
-        cb = np.empty(MC * Cp, dtype=np.float32)  # one block's scores, rows Cp apart
+        cb = blocks[th, : MC * Cp]  # one block's scores, rows Cp apart
         cbi = cb.view(np.int32)
         scratch = row_scratch(cb[:C], k, bv, more)
         r1 = (th + 1) * B // n_blocks

@@ -152,6 +152,15 @@ def gemm(q, bp, out, n_threads):
             block_product(ap, i1 - i0, bp, flat[i0 * C :], C, C, tmp)
 
 
+def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
+    """An fp32 array whose first element sits on a 64-byte cache line (numpy's large arrays start
+    16 bytes past one, so every other 8-lane load or store of the kernel would straddle two)."""
+    size = int(np.prod(shape))
+    raw = np.empty(size + 16, dtype=np.float32)
+    skip = (-raw.ctypes.data % 64) // 4
+    return raw[skip : skip + size].reshape(shape)
+
+
 def pack(e: np.ndarray, buf: np.ndarray | None = None) -> np.ndarray:
     """The packed panels of candidates e (C x K; converted to fp32, C-contiguous), written into
     buf's memory when it is large enough (a view of it is returned)."""
@@ -161,6 +170,6 @@ def pack(e: np.ndarray, buf: np.ndarray | None = None) -> np.ndarray:
     if buf is not None and buf.size >= size:
         out = buf.reshape(-1)[:size].reshape(shape)
     else:
-        out = np.empty(shape, dtype=np.float32)
+        out = aligned_empty(shape)
     pack_columns(e, out)
     return out

@@ -408,7 +408,7 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
         key = (int(cand[0]), len(cand)) if len(cand) and cand[-1] - cand[0] + 1 == len(cand) else None
         if key is not None and key in packed:
             return packed[key]
-        keep = key is not None and len(emb) * emb.shape[1] * 4 <= _PACKED_BYTES
+        keep = key is not None and emb.shape[0] * emb.shape[1] * 4 <= _PACKED_BYTES
         block = fused.pack(candidates(cand), None if keep else cache.get("pack_buf"))
         if keep:
             packed[key] = block

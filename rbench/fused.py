@@ -82,6 +82,7 @@ class TopK:
         self.out_v = np.empty((n_rows, k), dtype=np.float64)  # the sorted top-k, once done
         self.out_i = np.empty((n_rows, k), dtype=np.int64)
         self.done = False
+        self.blocks: np.ndarray | None = None  # gemm_scan's per-thread blocks of scores, kept for reuse
 
     @classmethod
     def reuse(cls, old: TopK | None, n_rows: int, k: int) -> TopK:
@@ -169,11 +170,15 @@ def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.nd
     if top.wide:
         raise ValueError("gemm_scan computes fp32 scores: it cannot follow an fp64 chunk")
     kernels = _kernels()
+    n_threads = kernels.threads()
+    size = _gemm_kernels().MC * packed.shape[0] * packed.shape[2]  # (a multiple of 16: rows stay 64-byte aligned)
+    if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
+        top.blocks = _gemm_kernels().aligned_empty((n_threads, size))
     with _LOCK:
         kernels.gemm_scan(np.ascontiguousarray(q, dtype=np.float32), packed, int(n_cols), int(a),
                           np.ascontiguousarray(thr, dtype=np.float32), pos, ex_off, ex_col, bool(count_finite),
                           higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict,
-                          bool(more), top.out_v, top.out_i, kernels.threads())
+                          bool(more), top.out_v, top.out_i, top.blocks, n_threads)
     top.done = top.k > 0 and not more
 
 
