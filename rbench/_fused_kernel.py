@@ -26,6 +26,8 @@ if numba.config.THREADING_LAYER == "default" and "NUMBA_THREADING_LAYER" not in 
     numba.config.THREADING_LAYER = "workqueue"
 from numba.cpython.unsafe.numbers import trailing_zeros
 
+# (numba's on-disk cache keys gemm_scan on this file alone: after changing the _gemm_kernel helpers
+# it inlines, touch this file, or its cached machine code keeps the old ones)
 from rbench._gemm_kernel import MC, MR, NR, block_product, pack_rows
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed

@@ -77,35 +77,34 @@ def n_panels(n_cols: int) -> int:
     return -(-n_cols // NR)
 
 
+@numba.njit(inline="always")
+def pack_panel(src, first, stop, panel):
+    """One panel of rows first .. first+w-1 of src (w = panel.shape[1]), vector-major:
+    panel[k, j] = src[first + j, k], zeros for rows at or past stop."""
+    K = src.shape[1]
+    for j in range(panel.shape[1]):
+        i = first + j
+        if i < stop:
+            for k in range(K):
+                panel[k, j] = src[i, k]
+        else:
+            for k in range(K):
+                panel[k, j] = 0.0
+
+
 @numba.njit(parallel=True, cache=True, nogil=True)
 def pack_columns(e, out):
     """The candidates e (C x K fp32, row-major) as panels: out[p, k, j] = e[p * NR + j, k], zeros
     past C (out: n_panels(C) x K x NR)."""
-    C, K = e.shape
     for p in numba.prange(out.shape[0]):
-        for j in range(NR):
-            c = p * NR + j
-            if c < C:
-                for k in range(K):
-                    out[p, k, j] = e[c, k]
-            else:
-                for k in range(K):
-                    out[p, k, j] = 0.0
+        pack_panel(e, p * NR, e.shape[0], out[p])
 
 
 @numba.njit(inline="always")
 def pack_rows(q, i0, i1, ap):
     """Query rows i0 .. i1-1 as MR-row panels: ap[t, k, r] = q[i0 + t * MR + r, k], zeros past i1."""
-    K = q.shape[1]
     for t in range(-(-(i1 - i0) // MR)):
-        for r in range(MR):
-            i = i0 + t * MR + r
-            if i < i1:
-                for k in range(K):
-                    ap[t, k, r] = q[i, k]
-            else:
-                for k in range(K):
-                    ap[t, k, r] = 0.0
+        pack_panel(q, i0 + t * MR, i1, ap[t])
 
 
 @numba.njit(inline="always")

@@ -172,3 +172,37 @@ class Server:
 
     def requests_for(self, path: str) -> list[dict]:
         return [r for r in self.log if r["path"] == path]
+
+
+def fused_and_reference(monkeypatch, *args, **kw):
+    """``evaluate(*args, **kw)`` through the engine's numpy passes (``RBENCH_FUSED=0``, the
+    reference) and through the fused kernels: (reference, fused)."""
+    from rbench.engine import evaluate
+
+    monkeypatch.setenv("RBENCH_FUSED", "0")
+    ref = evaluate(*args, **kw)
+    monkeypatch.setenv("RBENCH_FUSED", "1")
+    return ref, evaluate(*args, **kw)
+
+
+def assert_same_eval(ref, got) -> None:
+    """Two EvalResults identical in every rank count, n_ranked and the top-k (indices and scores)."""
+    for name in ("higher", "equal", "n_ranked", "topk_index", "topk_score"):
+        np.testing.assert_array_equal(getattr(got, name), getattr(ref, name), err_msg=name)
+    np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
+
+
+def assert_shards_merge(monkeypatch, ranker, queries, pool, ranges, **kw) -> None:
+    """Each shard (pool_range) gives the same result fused and through the numpy passes, and the
+    shards merge into the whole scan's ranks and top-k."""
+    from rbench.engine import evaluate, merge
+
+    whole = evaluate(ranker, queries, pool, **kw)
+    parts = []
+    for pool_range in ranges:
+        ref, got = fused_and_reference(monkeypatch, ranker, queries, pool, pool_range=pool_range, **kw)
+        assert_same_eval(ref, got)
+        parts.append(got)
+    merged = merge(parts)
+    np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
+    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)

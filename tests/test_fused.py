@@ -8,18 +8,11 @@ import numpy as np
 import pytest
 
 from rbench import fused
-from rbench.engine import evaluate
-from tests.helpers import TableRanker, make_pool, make_queries
+from tests.helpers import TableRanker, assert_shards_merge, make_pool, make_queries
+from tests.helpers import assert_same_eval as _check_same
+from tests.helpers import fused_and_reference as _both
 
 pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba not installed")
-
-
-def _both(monkeypatch, *args, **kw):
-    monkeypatch.setenv("RBENCH_FUSED", "0")
-    ref = evaluate(*args, **kw)
-    monkeypatch.setenv("RBENCH_FUSED", "1")
-    got = evaluate(*args, **kw)
-    return ref, got
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -88,15 +81,6 @@ def test_dense_scorer_fp32(monkeypatch):
 
 # The threshold top-k (rbench/_fused_kernel.py): rows of >= ~830 candidates take a threshold from
 # every 16th score (positions 8, 24, 40, ...); shorter chunks collect every finite candidate.
-
-def _check_same(ref, got):
-    np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
-    np.testing.assert_array_equal(got.higher, ref.higher)
-    np.testing.assert_array_equal(got.equal, ref.equal)
-    np.testing.assert_array_equal(got.n_ranked, ref.n_ranked)
-    np.testing.assert_array_equal(got.topk_index, ref.topk_index)
-    np.testing.assert_array_equal(got.topk_score, ref.topk_score)
-
 
 @pytest.mark.parametrize("seed", range(4))
 @pytest.mark.parametrize("k", [1, 10, 100, 300])
@@ -190,21 +174,11 @@ def test_dense_scorer_long_rows(monkeypatch):
 def test_shards(monkeypatch):
     """A shard's scan (pool_range) ends before the pool does: its last chunk still finishes the
     top-k; shard results equal the numpy passes' and merge into the whole scan's."""
-    from rbench.engine import merge
-
     rng = np.random.default_rng(12)
     table = rng.standard_normal((6, 7000)).astype(np.float32)
     queries = make_queries([[i * 1000 + 3] for i in range(6)])
-    whole = evaluate(TableRanker(table), queries, make_pool(7000), chunk_size=2048, topk=100)
-    parts = []
-    for rng_ in ((0, 4096), (4096, 7000)):
-        ref, got = _both(monkeypatch, TableRanker(table), queries, make_pool(7000), chunk_size=2048, topk=100,
-                         pool_range=rng_)
-        _check_same(ref, got)
-        parts.append(got)
-    merged = merge(parts)
-    np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
-    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
+    assert_shards_merge(monkeypatch, TableRanker(table), queries, make_pool(7000), ((0, 4096), (4096, 7000)),
+                        chunk_size=2048, topk=100)
 
 
 # The block-maxima threshold (fp32 chunks of >= k blocks of 64 scores): the k-th largest block

@@ -12,8 +12,10 @@ import numpy as np
 import pytest
 
 from rbench import fused
-from rbench.engine import evaluate, merge, vector_scorer
-from tests.helpers import make_pool, make_queries
+from rbench.engine import vector_scorer
+from tests.helpers import assert_same_eval as _check_same
+from tests.helpers import assert_shards_merge, make_pool, make_queries
+from tests.helpers import fused_and_reference as _both
 
 pytestmark = pytest.mark.skipif(not fused.own_gemm(128), reason="numba not installed")
 
@@ -84,19 +86,6 @@ def test_own_gemm_choice(monkeypatch):
     assert vector_scorer(emb, np.ones((1, 8), np.float32), queries).gemm_operands is None
 
 
-def _both(monkeypatch, *args, **kw):
-    monkeypatch.setenv("RBENCH_FUSED", "0")
-    ref = evaluate(*args, **kw)
-    monkeypatch.setenv("RBENCH_FUSED", "1")
-    return ref, evaluate(*args, **kw)
-
-
-def _check_same(ref, got):
-    for field in ("higher", "equal", "n_ranked", "topk_index", "topk_score"):
-        np.testing.assert_array_equal(getattr(got, field), getattr(ref, field), err_msg=field)
-    np.testing.assert_array_equal(got.ranks.values, ref.ranks.values)
-
-
 @pytest.mark.parametrize("case", ["gaussian", "ties", "exclusions"])
 @pytest.mark.parametrize("k", [0, 1, 100])
 def test_fused_gemm_scan_equals_numpy_passes(monkeypatch, case, k):
@@ -143,13 +132,5 @@ def test_fused_gemm_scan_shards(monkeypatch):
     q = rng.standard_normal((20, 40)).astype(np.float32)
     queries = make_queries([[i * 240 + 7] for i in range(20)])
     scorer = vector_scorer(emb, q, queries, pool_checked=True)
-    whole = evaluate(None, queries, make_pool(5000), scorer=scorer, chunk_size=2048, topk=100)
-    parts = []
-    for pr in ((0, 1999), (1999, 5000)):
-        ref, got = _both(monkeypatch, None, queries, make_pool(5000), scorer=scorer, chunk_size=2048, topk=100,
-                         pool_range=pr)
-        _check_same(ref, got)
-        parts.append(got)
-    merged = merge(parts)
-    np.testing.assert_array_equal(merged.topk_index, whole.topk_index)
-    np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
+    assert_shards_merge(monkeypatch, None, queries, make_pool(5000), ((0, 1999), (1999, 5000)), scorer=scorer,
+                        chunk_size=2048, topk=100)
