@@ -133,19 +133,18 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
         index.add(emb)
         return index.search(q, 100)[1]
 
-    def blas_then_scan():
-        os.environ["RBENCH_GEMM"] = "blas"  # numpy's GEMM, then the fused scan over its output
+    def evaluate_with(env_key: str, value: str):
+        os.environ[env_key] = value
         try:
             return evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
         finally:
-            os.environ.pop("RBENCH_GEMM")
+            os.environ.pop(env_key)
 
-    def numpy_passes():
-        os.environ["RBENCH_FUSED"] = "0"  # the numpy passes (the fused scan's reference)
-        try:
-            return evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
-        finally:
-            os.environ.pop("RBENCH_FUSED")
+    def blas_then_scan():  # numpy's GEMM, then the fused scan over its output
+        return evaluate_with("RBENCH_GEMM", "blas")
+
+    def numpy_passes():  # the numpy passes (the fused scan's reference)
+        return evaluate_with("RBENCH_FUSED", "0")
 
     evaluate(_Stub(emb, q), queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
     out = np.zeros(1024 * min(65536, n_pool), dtype=np.float32)  # the bare GEMMs' output, its pages touched

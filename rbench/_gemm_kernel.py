@@ -3,9 +3,9 @@
 Why not numpy's (OpenBLAS): the engine must read every score back after the GEMM (the rank
 counts and the top-k), and at d <= a few hundred that read-back from memory costs 20-40% of the
 GEMM itself. A GEMM of our own can hand each block of rows to the scan while it is still in
-cache (``rbench._fused_kernel.gemm_scan``), which OpenBLAS through numpy cannot. It is also as
-fast as OpenBLAS here (2-core Zen 3, 1,020 x 25,008, 2 threads: 47 ms vs 59 ms at d = 128,
-101 vs 112 ms at d = 256, 183 vs 175 ms at d = 512; ``benchmarks/engine_scale.py``).
+cache (``rbench._fused_kernel.gemm_scan``), which OpenBLAS through numpy cannot. Alone it is
+about as fast as OpenBLAS here (2-core Zen 3, 1,024 x 25,000, 2 threads: 0.95-1.05x of numpy's
+GEMM at d = 64-512; ``benchmarks/gemm_kernel.py``, results in ``benchmarks/results/``).
 
 The design is the usual one (Goto/BLIS): the candidates are packed once per chunk into panels of
 NR = 16 (each panel: K steps of 16 consecutive fp32), the queries into panels of MR = 6, and an

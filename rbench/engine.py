@@ -222,14 +222,19 @@ def _count_block(s: np.ndarray, spc: np.ndarray, higher: np.ndarray, equal: np.n
             equal[i] += hi - lo
 
 
-def _chunk_exclusions(excl: Ragged | None, n_rows: int, a: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
-    """The batch's exclusions inside the chunk of pool indices a .. a+n_cols-1, as (row offsets
-    (n_rows + 1), chunk columns): row r's are cols[off[r]:off[r+1]]."""
+def _exclusions_in(excl: Ragged | None, a: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's exclusions inside the shared-pool chunk of pool indices a .. a+n_cols-1, as
+    (rows, chunk columns), rows ascending."""
     if excl is None or not len(excl.values):
-        return np.zeros(n_rows + 1, dtype=np.int64), np.zeros(0, dtype=np.int64)
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
     er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
     inside = (ev >= a) & (ev < a + n_cols)
-    return np.searchsorted(er[inside], np.arange(n_rows + 1)).astype(np.int64), ev[inside] - a
+    return er[inside], ev[inside] - a
+
+
+def _contiguous(cand: np.ndarray) -> bool:
+    """Whether the pool indices cand are one ascending run (its rows are then a view of the pool)."""
+    return bool(len(cand) and cand[-1] - cand[0] + 1 == len(cand))
 
 
 def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
@@ -396,16 +401,14 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
         return cache["q"]
 
     def candidates(cand: np.ndarray) -> Any:
-        if len(cand) and cand[-1] - cand[0] + 1 == len(cand):  # contiguous: a view, no copy
-            return emb[cand[0] : cand[-1] + 1]
-        return emb[cand]
+        return emb[cand[0] : cand[-1] + 1] if _contiguous(cand) else emb[cand]  # (a view: no copy)
 
     def packed_chunk(cand: np.ndarray) -> np.ndarray:
         """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
         _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
-        for each batch into one reused buffer (fresh pages cost more than the packing:
-        measured 0.3 s vs 0.1 s for a 1M x 128 pool)."""
-        key = (int(cand[0]), len(cand)) if len(cand) and cand[-1] - cand[0] + 1 == len(cand) else None
+        for each batch into one reused buffer (on these machines fresh pages cost more than the
+        packing itself)."""
+        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
         if key is not None and key in packed:
             return packed[key]
         keep = key is not None and emb.shape[0] * emb.shape[1] * 4 <= _PACKED_BYTES
@@ -488,6 +491,7 @@ def evaluate(
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     fused_scan = fused.enabled()
     gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
+    gemm_part = fused.gemm_width(gemm_operands.dim) if gemm_operands is not None else 0  # candidates a call
     spare_top: fused.TopK | None = None
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
@@ -520,11 +524,11 @@ def evaluate(
                 # over parts of the chunk whose packed candidates stay in cache too
                 if carried is None:
                     carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
-                width = fused.gemm_width(gemm_operands.dim)
-                for s0 in range(0, len(cand), width):
-                    part = cand[s0 : s0 + width]
+                for s0 in range(0, len(cand), gemm_part):
+                    part = cand[s0 : s0 + gemm_part]
                     C, a0 = len(part), a + s0
-                    ex_off, ex_col = _chunk_exclusions(excl, B, a0, C)
+                    ex_row, ex_col = _exclusions_in(excl, a0, C)
+                    ex_off = np.searchsorted(ex_row, np.arange(B + 1)).astype(np.int64)
                     q_vecs, packed = gemm_operands(batch, part)
                     fused.gemm_scan(q_vecs, packed, C, a0, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0,
                                     higher, equal, finite, carried, more=a0 + C < pool_range[1])
@@ -545,12 +549,10 @@ def evaluate(
             spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
             # exclusions -> -inf (never higher, never tied, never in top-k)
             if excl is not None and len(excl.values):
-                er, ev = excl.row_ids(), excl.values
                 if cand.ndim == 1:
-                    inside = (ev >= a) & (ev < a + C)
-                    s[er[inside], ev[inside] - a] = -np.inf
+                    s[_exclusions_in(excl, a, C)] = -np.inf
                 else:
-                    for r in np.unique(er):
+                    for r in np.unique(excl.row_ids()):
                         s[r, np.isin(cand[r], excl[r])] = -np.inf
             excluded_here = excl is not None and len(excl.values) > 0
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
