@@ -203,8 +203,7 @@ def main(argv: list[str] | None = None) -> int:
         lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * len(results)]
         lines += ["| " + " | ".join([k, *[r[k] for r in results]]) + " |" for k in keys]
         md = [f"# LRanker GPU check ({args.task}, {name})", "",
-              f"Command: `python benchmarks/gpu_check.py --model {args.model} --steps {args.steps}"
-              + "".join(f" --set {k}={v}" for k, v in args.sets.items()) + "`", "",
+              f"Command: `python benchmarks/gpu_check.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               f"torch {torch.__version__}, CUDA {torch.version.cuda}. Training: {args.steps} optimiser steps, "
               f"one window per user, validation MRR every {args.eval_every} steps on {args.valid_queries} queries; "
               "steps/s and the data-wait share cover the training loop without the validation evaluations; "

@@ -10,7 +10,8 @@ prepared), at batch sizes 1-64.
 Projected (labelled so): the cost of every paper task at depth 100, 200 and exhaustive from the
 best measured CPU rate; RankLLaMA-7B on CPU by scaling the SmolLM2 rate by the parameter ratio
 (7B / 135M: compute-bound decoders scale ~linearly with parameters); RankLLaMA-7B on an H100 from
-issue 15's figure (8-10 ms/pair: 100 pairs/s). No GPU number here is measured.
+issue 15's figure (8-10 ms/pair: 100 pairs/s). No GPU number here is measured: the GPU rates
+are measured by ``benchmarks/rerank_cost_gpu.py`` on a CUDA machine.
 
 Usage:
     nice -n 19 python benchmarks/rerank_cost.py [--pairs 128] [--batch-sizes 1,4,16,64] [--msmarco]
@@ -87,6 +88,22 @@ def human(seconds: float) -> str:
     return f"{seconds / 86400:.1f} d"
 
 
+def projection_rows(rates: list[tuple[str, float, str]]) -> list[tuple[str, ...]]:
+    """Per paper task and (reranker, pairs/s, basis): the cost of depth 100, 200 and exhaustive at
+    the paper's sizes (queries x min(depth, candidates) pairs / rate)."""
+    from rbench.tasks.registry import TASKS
+
+    rows = []
+    for name, spec in TASKS.items():
+        if not spec.paper_queries or not spec.paper_candidates:
+            continue
+        nq, nc = spec.paper_queries, spec.paper_candidates
+        for label, rate, basis in rates:
+            cells = [human(nq * min(d, nc) / rate) for d in (100, 200)] + [human(nq * nc / rate)]
+            rows.append((label, basis, f"{rate:.3g}", name, f"{nq:,}", f"{nc:,}", *cells))
+    return rows
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=128, help="real pairs per task (timed pairs per batch size)")
@@ -105,8 +122,6 @@ def main() -> None:
     from rankers.cross_encoder import CrossEncoderRanker
     from rankers.rankllama import RankLlamaRanker
     from rbench.plugins import ranker_config
-    from rbench.tasks.registry import TASKS
-
     torch.set_num_threads(args.threads)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     tasks = ["ml-100k"] + (["msmarco"] if args.msmarco else [])
@@ -150,14 +165,7 @@ def main() -> None:
     proj = Table(title="projected cost per paper task (paper sizes; pairs / rate)")
     for c in ["reranker", "basis", "pairs/s", "task", "queries", "candidates", "depth 100", "depth 200", "exhaustive"]:
         proj.add_column(c)
-    prow = []
-    for name, spec in TASKS.items():
-        if not spec.paper_queries or not spec.paper_candidates:
-            continue
-        nq, nc = spec.paper_queries, spec.paper_candidates
-        for label, rate, basis in rates:
-            cells = [human(nq * min(d, nc) / rate) for d in (100, 200)] + [human(nq * nc / rate)]
-            prow.append((label, basis, f"{rate:.3g}", name, f"{nq:,}", f"{nc:,}", *cells))
+    prow = projection_rows(rates)
     for r in prow:
         proj.add_row(*r)
     con.print(proj)

@@ -111,3 +111,17 @@ def test_offline_minilm_weights(one_torch_thread):
     s = r.score(task.test, np.arange(10))
     assert s.shape == (2, 10) and np.isfinite(s).all()
     assert r.info["model_source"] == "package" and r.info["fresh_head"] is True
+
+
+@pytest.mark.cuda
+def test_cuda_scores_match_cpu(bert_dir):
+    """The same model on CUDA (fp32, as sentence-transformers loads it) scores as on the CPU."""
+    task = toy_task(n_pool=20, n_test=4)
+    cand = np.array([3, 0, 7, 11, 19], dtype=np.int64)
+    scores = {}
+    for dev in ("cpu", "cuda"):
+        r = _ranker(str(bert_dir), device=dev, batch_size=4)
+        r.index(task.pool)
+        scores[dev] = r.score(task.test, cand)
+        assert r.info["device"].startswith(dev)
+    np.testing.assert_allclose(scores["cuda"], scores["cpu"], rtol=1e-3, atol=1e-4)

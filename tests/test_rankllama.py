@@ -138,3 +138,23 @@ def test_lora_fit_trains_adapter_and_merges(llama_dir, one_torch_thread):
     assert b["loss"] == "listwise" and b["trainable_params"] > 0
     assert not hasattr(r._model, "peft_config")  # merged back into a plain model
     assert np.isfinite(after).all() and not np.allclose(before, after)
+
+
+@pytest.mark.cuda
+def test_cuda_scores_match_cpu_and_default_to_bf16(llama_dir):
+    """fp32 on CUDA scores as on the CPU; ``dtype=auto`` loads bf16 on CUDA, whose scores stay
+    within bf16's precision of the fp32 ones."""
+    task = toy_task(n_pool=16, n_test=3)
+    cand = np.array([0, 5, 9, 15])
+    cpu = _ranker(llama_dir, batch_size=4)
+    cpu.index(task.pool)
+    ref = cpu.score(task.test, cand)
+    fp32 = _ranker(llama_dir, batch_size=4, device="cuda", dtype="float32")
+    fp32.index(task.pool)
+    np.testing.assert_allclose(fp32.score(task.test, cand), ref, rtol=1e-3, atol=1e-4)
+    bf16 = _ranker(llama_dir, batch_size=4, device="cuda")
+    bf16.index(task.pool)
+    got = bf16.score(task.test, cand)
+    assert bf16.info["dtype"] == "bfloat16" and bf16.info["device"].startswith("cuda")
+    assert np.isfinite(got).all()
+    np.testing.assert_allclose(got, ref, rtol=0.05, atol=0.05 * float(np.abs(ref).max()))
