@@ -82,7 +82,7 @@ def _bare_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int, out: np.n
 
 
 def _own_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int, out: np.ndarray) -> None:
-    """rbench's own GEMM alone (``rbench._gemm_kernel``, d <= its MAX_DIM), as the engine runs it:
+    """rbench's own GEMM alone (``rbench._gemm_kernel``), as the engine runs it:
     each chunk packed once, each query batch x chunk written whole into ``out`` (as for
     ``_bare_gemm``)."""
     from rbench import fused
@@ -241,7 +241,7 @@ def main() -> None:
           f"Machine: {os.cpu_count()} cores.", "",
           "Columns: *bare GEMM* is numpy's (OpenBLAS) GEMM alone over the same batches and chunks, the "
           "reference of the goal; *rbench's GEMM alone* is rbench._gemm_kernel writing the whole score "
-          "matrix (d <= 512; rbench's evaluation fuses it with the scan); *with numpy's GEMM* is "
+          "matrix (rbench's evaluation fuses it with the scan); *with numpy's GEMM* is "
           "`RBENCH_GEMM=blas` (numpy's GEMM, then the fused scan over its output); *numpy passes* is "
           "`RBENCH_FUSED=0` (the engine's reference passes, over the same GEMM's scores).", ""]
     if not args.skip_part1:

@@ -8,7 +8,7 @@ median over rounds. Also printed: how many of rbench's scores equal numpy's bit 
 largest difference.
 
 Usage:
-    python benchmarks/gemm_kernel.py                     # dims 64,128,256,384,512, 15 rounds
+    python benchmarks/gemm_kernel.py                     # dims 64,128,256,384,512,1024,2048,4096, 15 rounds
     python benchmarks/gemm_kernel.py --dims 128 --rounds 21
 Prints a rich table and writes benchmarks/results/gemm_kernel.md.
 """
@@ -69,7 +69,7 @@ def measure(dim: int, n_q: int, n_pool: int, rounds: int) -> dict:
 
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--dims", default="64,128,256,384,512")
+    ap.add_argument("--dims", default="64,128,256,384,512,1024,2048,4096")
     ap.add_argument("--queries", type=int, default=1024)
     ap.add_argument("--pool", type=int, default=25000)
     ap.add_argument("--rounds", type=int, default=15)

@@ -4,8 +4,8 @@ Why not numpy's (OpenBLAS): the engine must read every score back after the GEMM
 counts and the top-k), and at d <= a few hundred that read-back from memory costs 20-40% of the
 GEMM itself. A GEMM of our own can hand each block of rows to the scan while it is still in
 cache (``rbench._fused_kernel.gemm_scan``), which OpenBLAS through numpy cannot. Alone it is
-about as fast as OpenBLAS here (2-core Zen 3, 1,024 x 25,000, 2 threads: 0.95-1.05x of numpy's
-GEMM at d = 64-512; ``benchmarks/gemm_kernel.py``, results in ``benchmarks/results/``).
+about as fast as OpenBLAS here (2-core Zen 3, 1,024 x 25,000, 2 threads: 0.95-1.06x of numpy's
+GEMM at d = 64-4096; ``benchmarks/gemm_kernel.py``, results in ``benchmarks/results/``).
 
 The design is the usual one (Goto/BLIS): the candidates are packed once per chunk into panels of
 NR = 16 (each panel: K steps of 16 consecutive fp32), the queries into panels of MR = 6, and an
@@ -13,7 +13,11 @@ MR x NR micro-tile is computed in 12 AVX registers of 8 lanes by fused multiply-
 (``micro_tile``: LLVM IR written through numba's ``intrinsic``, so that the accumulators stay in
 registers, which numba's own loops do not guarantee). Each score is one fma chain over k = 0 ..
 K-1 in order, whatever the blocking, batch size or thread count: the scores are the same bits
-in every run, in the fused and in the reference path.
+in every run, in the fused and in the reference path. ``pair_dots`` computes single (query,
+candidate) scores by the same chain, so a positive's score, computed apart from the pool's GEMM,
+is the same bits as its column in the GEMM: a candidate identical to a positive ties with it
+(the pessimistic tie rule sees the tie), which no BLAS call order guarantees (numpy's einsum and
+GEMM of a gathered subset differ from the pool GEMM's bits in 4-90% of scores here).
 """
 
 from __future__ import annotations
@@ -29,7 +33,6 @@ MR = 6  # rows (queries) of a micro-tile
 NR = 16  # columns (candidates) of a micro-tile: two 8-lane fp32 vectors
 MC = 48  # query rows per block: a block's packed rows stay in L2 while the candidates stream
 PART_BYTES = 1 << 24  # packed candidates per fused GEMM + scan call: they stay in L3 (32 MiB here)
-MAX_DIM = 512  # above this OpenBLAS is faster here (no K blocking in this kernel)
 
 
 @intrinsic
@@ -70,6 +73,32 @@ def micro_tile(typingctx, a_addr, b_addr, depth, c_addr, ldc):
         return context.get_dummy_value()
 
     return sig, codegen
+
+
+@intrinsic
+def fma32(typingctx, x, y, z):
+    """x * y + z in fp32, rounded once (LLVM's fma: the micro-tile's operation, lane by lane)."""
+    sig = types.float32(types.float32, types.float32, types.float32)
+
+    def codegen(context, builder, signature, args):
+        f32 = ir.FloatType()
+        fma = cgutils.get_or_insert_function(builder.module, ir.FunctionType(f32, [f32, f32, f32]), "llvm.fma.f32")
+        return builder.call(fma, list(args))
+
+    return sig, codegen
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def pair_dots(q, g, out):
+    """out[b, j] = q[b] . g[b, j] (q: B x K fp32, g: B x m x K fp32), each the micro-tile's fma
+    chain over k = 0 .. K-1 from 0: the bits ``gemm`` gives the same pair."""
+    B, m, K = g.shape
+    for b in numba.prange(B):
+        for j in range(m):
+            acc = np.float32(0.0)
+            for k in range(K):
+                acc = fma32(q[b, k], g[b, j, k], acc)
+            out[b, j] = acc
 
 
 def n_panels(n_cols: int) -> int:

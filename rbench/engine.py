@@ -429,7 +429,10 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
             if own and len(cand):
                 return fused.gemm(q, packed_chunk(cand), out)
             return np.matmul(q, np.asarray(candidates(cand), dtype=np.float32).T, out=out)
-        return np.einsum("bd,bmd->bm", q, np.asarray(emb[cand], dtype=np.float32))
+        g = np.asarray(emb[cand], dtype=np.float32)
+        if own:  # the GEMM's bits: a candidate identical to a positive ties with it
+            return fused.pair_dots(q, g)
+        return np.einsum("bd,bmd->bm", q, g)
 
     def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM

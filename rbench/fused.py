@@ -7,7 +7,7 @@ d = 128 those passes cost more than the GEMM itself. This kernel walks each row 
 sits in cache (rows in parallel), so exact evaluation with a top-100 costs little more than the
 GEMM (``benchmarks/engine_scale.py``).
 
-For the dense scorer at d <= 512 the GEMM is rbench's own (``rbench._gemm_kernel``) and the
+For the dense scorer the GEMM is rbench's own (``rbench._gemm_kernel``) and the
 two are fused (``gemm_scan``): each block of 48 query rows is multiplied and scanned while its
 scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never written to memory and
 read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
@@ -130,12 +130,12 @@ def _gemm_kernels() -> Any:
 
 def own_gemm(dim: int) -> bool:
     """Whether the dense scorer's GEMMs are rbench's own kernel (``rbench._gemm_kernel``): numba
-    importable, dim <= its MAX_DIM (above, OpenBLAS is faster here), and ``RBENCH_GEMM`` not
-    ``blas``. Independent of ``RBENCH_FUSED``: the fused and the reference path see the same bits."""
+    importable and ``RBENCH_GEMM`` not ``blas``. Independent of ``RBENCH_FUSED``: the fused and
+    the reference path see the same bits. ``blas`` (numpy's GEMM, a comparison switch) gives up
+    bit-equal positives: an identical candidate may then miss its tie by an ulp."""
     if os.environ.get("RBENCH_GEMM", "own") == "blas":
         return False
-    kernels = _gemm_kernels()
-    return kernels is not None and 0 < dim <= kernels.MAX_DIM
+    return dim > 0 and _gemm_kernels() is not None
 
 
 def gemm_width(dim: int) -> int:
@@ -157,6 +157,15 @@ def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
     kernels = _gemm_kernels()
     with _LOCK:
         kernels.gemm(np.ascontiguousarray(q, dtype=np.float32), packed, out, _kernels().threads())
+    return out
+
+
+def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """out[b, j] = q[b] . g[b, j] (q: B x d, g: B x m x d), the same bits as ``gemm`` for the pair."""
+    out = np.empty(g.shape[:2], dtype=np.float32)
+    with _LOCK:
+        _gemm_kernels().pair_dots(np.ascontiguousarray(q, dtype=np.float32),
+                                  np.ascontiguousarray(g, dtype=np.float32), out)
     return out
 
 

@@ -73,17 +73,55 @@ def test_pack_layout():
 
 
 def test_own_gemm_choice(monkeypatch):
-    """rbench's GEMM up to MAX_DIM unless ``RBENCH_GEMM=blas``; numpy's (OpenBLAS) otherwise, and
-    then the engine has no fused GEMM + scan to use."""
-    from rbench import _gemm_kernel
-
-    assert fused.own_gemm(_gemm_kernel.MAX_DIM) and not fused.own_gemm(_gemm_kernel.MAX_DIM + 1)
+    """rbench's GEMM at every dimension unless ``RBENCH_GEMM=blas``; numpy's (OpenBLAS) then, and
+    the engine has no fused GEMM + scan to use."""
+    assert fused.own_gemm(1) and fused.own_gemm(4096) and not fused.own_gemm(0)
     emb = np.ones((10, 8), dtype=np.float32)
     queries = make_queries([[0]])
     assert vector_scorer(emb, np.ones((1, 8), np.float32), queries).gemm_operands is not None
     monkeypatch.setenv("RBENCH_GEMM", "blas")
     assert not fused.own_gemm(8)
     assert vector_scorer(emb, np.ones((1, 8), np.float32), queries).gemm_operands is None
+
+
+@pytest.mark.parametrize("K", [1, 7, 64, 130, 1030])
+def test_pair_dots_are_the_gemm_bits(K):
+    """A (query, candidate) score computed alone has the bits of its GEMM column: rows and
+    columns at tile edges, dims with and without a remainder of the 8-lane vectors."""
+    rng = np.random.default_rng(K)
+    q = rng.standard_normal((13, K)).astype(np.float32)
+    e = rng.standard_normal((37, K)).astype(np.float32)
+    full = _gemm(q, e)
+    cols = rng.integers(0, 37, (13, 5))
+    got = fused.pair_dots(q, e[cols])
+    np.testing.assert_array_equal(got, np.take_along_axis(full, cols, axis=1))
+
+
+@pytest.mark.parametrize("dim", [64, 1030])
+@pytest.mark.parametrize("stored", [np.float32, np.float16])
+def test_a_candidate_identical_to_a_positive_ties_with_it(monkeypatch, dim, stored):
+    """Pools hold duplicates (identical texts embed identically): each positive's twin must count
+    as tied with it (``equal``), in the fused scan, the numpy passes and per-query candidate
+    lists, at small and large d and for fp16-stored vectors. Scores of the positives computed
+    apart (einsum, or numpy's GEMM of a gathered subset) miss most of these ties by an ulp."""
+    rng = np.random.default_rng(dim)
+    n_pool, n_q = 600, 40
+    emb = rng.standard_normal((n_pool, dim)).astype(stored)
+    pos = rng.choice(n_pool // 2, n_q, replace=False) * 2  # even: each twin (odd) is nobody's positive
+    emb[pos + 1] = emb[pos]
+    qv = rng.standard_normal((n_q, dim)).astype(np.float32)
+    queries = make_queries([[int(p)] for p in pos])
+    pool = make_pool(n_pool)
+    ref, got = _both(monkeypatch, None, queries, pool, scorer=vector_scorer(emb, qv, queries), batch_size=16,
+                     chunk_size=256)
+    _check_same(ref, got)
+    assert (got.equal == 1).all(), np.bincount(got.equal)
+    cand = np.stack([np.roll(np.arange(n_pool), -int(p))[:50] for p in pos])  # positive first, twin second
+    lists = make_queries([[int(p)] for p in pos], candidates=cand)
+    from rbench.engine import evaluate
+
+    per_query = evaluate(None, lists, pool, scorer=vector_scorer(emb, qv, lists), batch_size=16)
+    assert (per_query.equal == 1).all(), np.bincount(per_query.equal)
 
 
 @pytest.mark.parametrize("case", ["gaussian", "ties", "exclusions"])
