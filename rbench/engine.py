@@ -439,8 +439,16 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
         and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
         return query_vectors(batch), packed_chunk(cand)
 
+    def release() -> None:
+        """Leave the packed candidates' memory to the next scorer (``fused.keep_buffer``): the
+        scorer is not used any more."""
+        for block in [*packed.values(), cache.pop("pack_buf", None)]:
+            fused.keep_buffer(block)
+        packed.clear()
+
     score.scratch_output = True  # type: ignore[attr-defined]
     score.finite_inputs = pool_checked  # type: ignore[attr-defined]
+    score.release = release  # type: ignore[attr-defined]
     operands.dim = int(emb.shape[1])  # type: ignore[attr-defined]
     score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
     return score
@@ -478,6 +486,7 @@ def evaluate(
         raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
     pool_range = pool_range or (0, len(pool))
     timings: dict[str, float] = {}
+    own_scorer = scorer is None  # made here: its memory is released at the end
     if scorer is None:
         scorer, timings = make_scorer(ranker, pool)
     name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
@@ -495,7 +504,7 @@ def evaluate(
     fused_scan = fused.enabled()
     gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
     gemm_part = fused.gemm_width(gemm_operands.dim) if gemm_operands is not None else 0  # candidates a call
-    spare_top: fused.TopK | None = None
+    spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
@@ -608,6 +617,9 @@ def evaluate(
     timings["score_s"] = time.perf_counter() - t_score
     timings["per_query_ms"] = 1000.0 * timings["score_s"] / max(n, 1)
     top_idx[~np.isfinite(top_val)] = -1
+    fused.keep_topk(spare_top)
+    if own_scorer and hasattr(scorer, "release"):
+        scorer.release()
     return EvalResult(
         ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals),
         topk_index=top_idx,

@@ -68,33 +68,87 @@ def _kernels() -> Any:
 class TopK:
     """Each row's top-k candidates so far, carried across the chunks of one query batch: a
     buffer of (score, pool index) in ascending pool index, holding every candidate seen that
-    reaches the row's threshold (at least k do, once a threshold is set), and that threshold."""
+    reaches the row's threshold (at least k do, once a threshold is set), and that threshold.
 
-    def __init__(self, n_rows: int, k: int) -> None:
+    Its arrays are views of flat buffers that may hold more: a batch reuses the buffers of the
+    one before (a shorter last batch, or another k, included), and an evaluation those of the
+    one before (``take_topk`` / ``keep_topk``)."""
+
+    def __init__(self, n_rows: int, k: int, spare: TopK | None = None) -> None:
         width = _kernels().buffer_width(k)
+        need = (n_rows * width, n_rows * width, n_rows, n_rows, n_rows, n_rows * k, n_rows * k)
+        if spare is not None and all(b.size >= m for b, m in zip(spare._base, need)):
+            base = spare._base  # (flat: any k and rows that fit)
+        else:
+            base = (np.empty(need[0], dtype=np.float64),  # holds fp32 scores exactly
+                    np.empty(need[1], dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows),
+                    np.empty(n_rows, dtype=np.bool_), np.empty(need[5], dtype=np.float64),
+                    np.empty(need[6], dtype=np.int64))
+        self._base = base
         self.k = k
-        self.scores = np.empty((n_rows, width), dtype=np.float64)  # holds fp32 scores exactly
-        self.index = np.empty((n_rows, width), dtype=np.int64)
-        self.size = np.full(n_rows, -1, dtype=np.int64)  # -1: the row has seen no chunk yet
-        self.threshold = np.full(n_rows, -np.inf)
-        self.strict = np.zeros(n_rows, dtype=np.bool_)
+        self.scores, self.index = (b[: n_rows * width].reshape(n_rows, width) for b in base[:2])
+        self.size, self.threshold, self.strict = (b[:n_rows] for b in base[2:5])
+        self.out_v, self.out_i = (b[: n_rows * k].reshape(n_rows, k) for b in base[5:])  # the sorted top-k
+        self.size[:] = -1  # -1: the row has seen no chunk yet
+        self.threshold[:] = -np.inf
+        self.strict[:] = False
         self.wide = False  # a float64 chunk was seen: thresholds may need fp64 from then on
-        self.out_v = np.empty((n_rows, k), dtype=np.float64)  # the sorted top-k, once done
-        self.out_i = np.empty((n_rows, k), dtype=np.int64)
         self.done = False
-        self.blocks: np.ndarray | None = None  # gemm_scan's per-thread blocks of scores, kept for reuse
+        # gemm_scan's per-thread blocks of scores (independent of k and of the rows)
+        self.blocks: np.ndarray | None = spare.blocks if spare is not None else None
 
     @classmethod
     def reuse(cls, old: TopK | None, n_rows: int, k: int) -> TopK:
         """A fresh top-k for n_rows rows, in old's buffers when they fit (fresh pages cost more
         than the scan on these machines: ~10 MB a 1,024-query batch)."""
-        if old is None or old.k != k or len(old.size) != n_rows:
-            return cls(n_rows, k)
-        old.size[:] = -1
-        old.threshold[:] = -np.inf
-        old.strict[:] = False
-        old.wide = old.done = False
-        return old
+        return cls(n_rows, k, old)
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._base) + (self.blocks.nbytes if self.blocks is not None else 0)
+
+
+# Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep
+# theirs): faulting in fresh pages cost this machine ~10% of a d = 128 evaluation of 3,000 x
+# 25,000 (benchmarks/engine_scale.py). One of each kind, at most _SPARE_BYTES each; handed out
+# once (an evaluation running beside another in a thread allocates its own).
+_SPARE_BYTES = 1 << 26
+_SPARES: dict[str, Any] = {}
+_SPARE_LOCK = threading.Lock()
+
+
+def take_topk() -> TopK | None:
+    """The top-k buffers the last evaluation left (or None); ``TopK.reuse`` takes them."""
+    with _SPARE_LOCK:
+        return _SPARES.pop("topk", None)
+
+
+def keep_topk(top: TopK | None) -> None:
+    """Leave ``top``'s buffers for the next evaluation (nothing may refer to them any more);
+    a larger spare already kept stays."""
+    if top is not None and top.nbytes() <= _SPARE_BYTES:
+        with _SPARE_LOCK:
+            old = _SPARES.get("topk")
+            if old is None or old.nbytes() <= top.nbytes():
+                _SPARES["topk"] = top
+
+
+def take_buffer(size: int) -> np.ndarray | None:
+    """A spare 64-byte aligned fp32 buffer of at least ``size`` values, or None."""
+    with _SPARE_LOCK:
+        buf = _SPARES.get("buffer")
+        if buf is None or buf.size < size:
+            return None
+        return _SPARES.pop("buffer")
+
+
+def keep_buffer(buf: np.ndarray | None) -> None:
+    """Leave a buffer from ``pack`` / ``take_buffer`` for later use (the largest one is kept)."""
+    if buf is None or buf.nbytes > _SPARE_BYTES:
+        return
+    with _SPARE_LOCK:
+        old = _SPARES.get("buffer")
+        if old is None or old.size < buf.size:
+            _SPARES["buffer"] = buf
 
 
 def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
@@ -148,8 +202,11 @@ def gemm_width(dim: int) -> int:
 
 def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
     """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in
-    fp32), in buf's memory when it is large enough."""
-    return _gemm_kernels().pack(e, buf)
+    fp32), in buf's memory when it is large enough, else in a spare buffer (``take_buffer``)."""
+    kernels = _gemm_kernels()
+    if buf is None or buf.size < kernels.n_panels(len(e)) * e.shape[1] * kernels.NR:
+        buf = take_buffer(kernels.n_panels(len(e)) * e.shape[1] * kernels.NR)
+    return kernels.pack(e, buf)
 
 
 def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:

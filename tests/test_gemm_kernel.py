@@ -172,3 +172,33 @@ def test_fused_gemm_scan_shards(monkeypatch):
     scorer = vector_scorer(emb, q, queries, pool_checked=True)
     assert_shards_merge(monkeypatch, None, queries, make_pool(5000), ((0, 1999), (1999, 5000)), scorer=scorer,
                         chunk_size=2048, topk=100)
+
+
+def test_evaluations_reuse_buffers_without_sharing_results(monkeypatch):
+    """The top-k and packing buffers one evaluation leaves are reused by the next (a shorter last
+    batch inside the same buffers): results equal fresh ones, and an earlier result's arrays are
+    never overwritten by a later evaluation."""
+    from rbench.engine import evaluate
+
+    rng = np.random.default_rng(5)
+    emb = rng.standard_normal((700, 24)).astype(np.float32)
+    qv = rng.standard_normal((250, 24)).astype(np.float32)
+    queries = make_queries([[int(p)] for p in rng.integers(0, 700, 250)])
+    pool = make_pool(700)
+
+    def run(q):
+        return evaluate(None, queries, pool, scorer=vector_scorer(emb, q, queries), batch_size=101, topk=20)
+
+    monkeypatch.setattr(fused, "_SPARES", {})
+    first = run(qv)
+    kept = (first.topk_index.copy(), first.topk_score.copy(), first.ranks.values.copy())
+    assert "topk" in fused._SPARES and fused._SPARES["topk"].scores.shape[0] == 48  # the last batch's rows
+    other = run(rng.standard_normal((250, 24)).astype(np.float32))  # overwrites the spare buffers
+    assert not np.array_equal(other.topk_index, kept[0])
+    for got, want in zip((first.topk_index, first.topk_score, first.ranks.values), kept):
+        np.testing.assert_array_equal(got, want)
+    again = run(qv)
+    monkeypatch.setattr(fused, "_SPARES", {})
+    fresh = run(qv)
+    _check_same(fresh, again)
+    _check_same(fresh, first)
