@@ -36,6 +36,7 @@ class _Stub:
 
     def __init__(self, emb, q):
         self.emb, self.q = emb, q
+        self.row_of = {f"q{i}": i for i in range(len(q))}  # (the ids _setup gives)
 
     def fit(self, task):
         return None
@@ -44,7 +45,7 @@ class _Stub:
         return self.emb
 
     def encode_queries(self, queries):
-        return self.q[np.array([int(i[1:]) for i in queries.ids])]
+        return self.q[[self.row_of[i] for i in queries.ids]]
 
 
 def _setup(n_pool: int, n_q: int, emb):
@@ -108,6 +109,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
     q = rng.standard_normal((n_q, dim), dtype=np.float32)
     pool, queries = _setup(n_pool, n_q, emb)
+    stub = _Stub(emb, q)  # built once: its id lookup is the harness's, not the engine's, work
     # Each timing starts after a short pause: OpenMP runtimes (faiss's, torch's) and OpenBLAS
     # leave their threads spinning for tens of ms after a call, which on 2 cores would slow
     # whatever is timed next (measured: rbench's top-100 at d = 128 ~25% slower right after
@@ -136,7 +138,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     def evaluate_with(env_key: str, value: str):
         os.environ[env_key] = value
         try:
-            return evaluate(_Stub(emb, q), queries, pool, batch_size=1024)
+            return evaluate(stub, queries, pool, batch_size=1024)
         finally:
             os.environ.pop(env_key)
 
@@ -146,15 +148,15 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9) -> dict:
     def numpy_passes():  # the numpy passes (the fused scan's reference)
         return evaluate_with("RBENCH_FUSED", "0")
 
-    evaluate(_Stub(emb, q), queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
+    evaluate(stub, queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
     out = np.zeros(1024 * min(65536, n_pool), dtype=np.float32)  # the bare GEMMs' output, its pages touched
     same = True
     for _ in range(repeats):
         timed("gemm", lambda: _bare_gemm(q, emb, 1024, 65536, out))  # the goal's pair, back to back
-        res = timed("rbench", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024))
+        res = timed("rbench", lambda: evaluate(stub, queries, pool, batch_size=1024))
         if own:
             timed("own", lambda: _own_gemm(q, emb, 1024, 65536, out))
-        timed("top0", lambda: evaluate(_Stub(emb, q), queries, pool, batch_size=1024, topk=0))
+        timed("top0", lambda: evaluate(stub, queries, pool, batch_size=1024, topk=0))
         top_faiss = timed("faiss", faiss_top100)
         if own:
             timed("blas", blas_then_scan)

@@ -196,7 +196,7 @@ def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray 
     return np.count_nonzero(out, axis=1)
 
 
-_PACKED_BYTES = 1 << 26  # a pool packed this small keeps its packed chunks across query batches (own GEMM)
+_PACKED_BYTES = 1 << 29  # a pool packed this small keeps its packed chunks across query batches (own GEMM)
 _TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
 
 

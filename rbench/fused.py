@@ -109,9 +109,10 @@ class TopK:
 
 # Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep
 # theirs): faulting in fresh pages cost this machine ~10% of a d = 128 evaluation of 3,000 x
-# 25,000 (benchmarks/engine_scale.py). One of each kind, at most _SPARE_BYTES each; handed out
-# once (an evaluation running beside another in a thread allocates its own).
-_SPARE_BYTES = 1 << 26
+# 25,000 (benchmarks/engine_scale.py). One of each kind, at most _SPARE_BYTES each (a 25,000 x
+# 1,024 pool packed: 102 MB); handed out once (an evaluation beside another in a thread allocates
+# its own).
+_SPARE_BYTES = 1 << 27
 _SPARES: dict[str, Any] = {}
 _SPARE_LOCK = threading.Lock()
 
