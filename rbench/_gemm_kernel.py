@@ -32,7 +32,8 @@ from numba.extending import intrinsic
 MR = 6  # rows (queries) of a micro-tile
 NR = 16  # columns (candidates) of a micro-tile: two 8-lane fp32 vectors
 MC = 48  # query rows per block: a block's packed rows stay in L2 while the candidates stream
-PART_BYTES = 1 << 24  # packed candidates per fused GEMM + scan call: they stay in L3 (32 MiB here)
+PART_COLS = 1 << 15  # candidates per fused GEMM + scan call: a block's scores (MC x PART_COLS fp32,
+# 6 MiB a thread) stay in L3 (32 MiB here) for the scan
 
 
 @intrinsic

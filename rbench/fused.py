@@ -194,11 +194,13 @@ def own_gemm(dim: int) -> bool:
 
 
 def gemm_width(dim: int) -> int:
-    """How many candidates ``gemm_scan`` should take at a time: their packed vectors (PART_BYTES)
-    stay in cache while every block of query rows passes over them (measured: a 262,144-candidate
-    chunk at d = 128 in one call ran 1.5x slower than the same chunk in parts)."""
-    kernels = _gemm_kernels()
-    return max(kernels.NR, kernels.PART_BYTES // (4 * dim) // kernels.NR * kernels.NR)
+    """How many candidates ``gemm_scan`` should take at a time: a block of rows' scores over
+    them stays in cache for the scan (measured: a 262,144-candidate chunk at d = 128 in one call
+    ran 1.5x slower than the same chunk in parts). Not fewer at large d: each part costs every
+    row a scan with its own top-k step (at d = 1,024, parts sized by the packed candidates'
+    bytes, 4,096 candidates, made the top-100 add 10% to the rank counts alone), while the packed
+    candidates streaming from memory cost little against a GEMM that long."""
+    return _gemm_kernels().PART_COLS
 
 
 def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
