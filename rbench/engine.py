@@ -449,7 +449,6 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
     score.scratch_output = True  # type: ignore[attr-defined]
     score.finite_inputs = pool_checked  # type: ignore[attr-defined]
     score.release = release  # type: ignore[attr-defined]
-    operands.dim = int(emb.shape[1])  # type: ignore[attr-defined]
     score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
     return score
 
@@ -503,7 +502,7 @@ def evaluate(
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     fused_scan = fused.enabled()
     gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
-    gemm_part = fused.gemm_width(gemm_operands.dim) if gemm_operands is not None else 0  # candidates a call
+    gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
     spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):

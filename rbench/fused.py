@@ -108,8 +108,9 @@ class TopK:
 
 
 # Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep
-# theirs): faulting in fresh pages cost this machine ~10% of a d = 128 evaluation of 3,000 x
-# 25,000 (benchmarks/engine_scale.py). One of each kind, at most _SPARE_BYTES each (a 25,000 x
+# theirs): faulting in fresh pages for them in every evaluation cost this machine about a tenth
+# of a d = 128 evaluation of 3,000 x 25,000 (an ad-hoc paired check against the bare GEMM: 1.22x
+# with fresh pages, 1.12x with glibc told to keep freed memory, 1.06x with these spares). One of each kind, at most _SPARE_BYTES each (a 25,000 x
 # 1,024 pool packed: 102 MB); handed out once (an evaluation beside another in a thread allocates
 # its own).
 _SPARE_BYTES = 1 << 27
@@ -193,7 +194,7 @@ def own_gemm(dim: int) -> bool:
     return dim > 0 and _gemm_kernels() is not None
 
 
-def gemm_width(dim: int) -> int:
+def gemm_width() -> int:
     """How many candidates ``gemm_scan`` should take at a time: a block of rows' scores over
     them stays in cache for the scan (measured: a 262,144-candidate chunk at d = 128 in one call
     ran 1.5x slower than the same chunk in parts). Not fewer at large d: each part costs every
@@ -207,9 +208,8 @@ def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
     """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in
     fp32), in buf's memory when it is large enough, else in a spare buffer (``take_buffer``)."""
     kernels = _gemm_kernels()
-    if buf is None or buf.size < kernels.n_panels(len(e)) * e.shape[1] * kernels.NR:
-        buf = take_buffer(kernels.n_panels(len(e)) * e.shape[1] * kernels.NR)
-    return kernels.pack(e, buf)
+    size = kernels.n_panels(len(e)) * e.shape[1] * kernels.NR
+    return kernels.pack(e, buf if buf is not None and buf.size >= size else take_buffer(size))
 
 
 def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
