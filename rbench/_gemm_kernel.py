@@ -137,11 +137,15 @@ def pack_rows(q, i0, i1, ap):
         pack_panel(q, i0 + t * MR, i1, ap[t])
 
 
-@numba.njit(inline="always")
+@numba.njit(cache=True, nogil=True)
 def block_product(ap, n_rows, bp, dst, ldc, n_cols, tmp):
     """dst[0:n_rows, 0:n_cols] = the packed rows ap (n_rows valid) x the packed columns bp, dst's
     rows ldc floats apart. Candidate panels outermost: each stays in L1 while every row panel of
-    the block (in L2) passes over it. Tiles that would cross dst's edges go through tmp (MR x NR)."""
+    the block (in L2) passes over it. Tiles that would cross dst's edges go through tmp (MR x NR).
+    A function of its own, not inlined into its callers: inlined into ``gemm_scan``, its machine
+    code changed with the scan code around it, and a change to the top-k alone made the rank
+    counts (the GEMM, mostly) 3-5% slower (ad-hoc paired runs at d = 128); called once per block
+    of MC rows, the call costs nothing measurable."""
     K = ap.shape[1]
     n_tiles = -(-n_rows // MR)
     full_cols = n_cols // NR

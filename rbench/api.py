@@ -186,6 +186,11 @@ class Ragged:
         idx = np.repeat(starts - offsets[:-1], lengths) + np.arange(offsets[-1])
         return Ragged(offsets, self.values[idx])
 
+    def slice(self, start: int, stop: int) -> Ragged:
+        """Rows start .. stop-1 (``take`` of a range, without its gather: the values are a view)."""
+        lo, hi = int(self.offsets[start]), int(self.offsets[stop])
+        return Ragged(self.offsets[start : stop + 1] - lo, self.values[lo:hi])
+
     def row_ids(self) -> np.ndarray:
         """Row number of each value (for scatter operations)."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
@@ -286,10 +291,27 @@ class Queries:
             meta=self.meta,
         )
 
+    def slice(self, start: int, stop: int) -> Queries:
+        """Queries start .. stop-1: ``take`` of a range by slicing (the engine's batches; a
+        per-row gather of the texts cost ~1% of a d = 128 evaluation)."""
+        cut = lambda xs: xs[start:stop]  # noqa: E731
+        return Queries(
+            ids=self.ids[start:stop],
+            texts=cut(self.texts),
+            positives=self.positives.slice(start, stop),
+            grades=self.grades.slice(start, stop),
+            prompts=cut(self.prompts) if self.prompts is not None else None,
+            history=self.history.slice(start, stop) if self.history is not None else None,
+            candidates=self.candidates[start:stop] if self.candidates is not None else None,
+            exclude=self.exclude.slice(start, stop) if self.exclude is not None else None,
+            user_ids=self.user_ids[start:stop] if self.user_ids is not None else None,
+            meta=self.meta,
+        )
+
     def batches(self, size: int) -> Iterator[tuple[np.ndarray, Queries]]:
         for start in range(0, len(self), size):
-            rows = np.arange(start, min(start + size, len(self)))
-            yield rows, self.take(rows)
+            stop = min(start + size, len(self))
+            yield np.arange(start, stop), self.slice(start, stop)
 
 
 @dataclass

@@ -267,6 +267,8 @@ def _check(scores: Any, shape: tuple[int, int], ranker_name: str, queries: Queri
 def _pad(r: Ragged, fill: float | int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     """Ragged -> dense (n, max_len) + validity mask."""
     n, width = len(r), int(r.lengths().max()) if len(r) else 0
+    if n and width and len(r.values) == n * width:  # rows all as long: a reshape
+        return r.values.astype(dtype).reshape(n, width), np.ones((n, width), dtype=bool)
     out = np.full((n, max(width, 1)), fill, dtype=dtype)
     mask = np.zeros((n, max(width, 1)), dtype=bool)
     cols = np.arange(len(r.values)) - np.repeat(r.offsets[:-1], r.lengths())

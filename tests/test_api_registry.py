@@ -28,6 +28,28 @@ def test_ragged_roundtrip_and_take():
         Ragged(np.array([0, 2]), np.array([1]))
 
 
+def test_slices_equal_takes_of_the_range():
+    """``Ragged.slice`` / ``Queries.slice`` (the engine's batches) give what ``take`` of the
+    same rows gives, every field included."""
+    from rbench.api import Queries
+
+    r = Ragged.from_rows([[1, 2, 3], [], [4], [5, 6], [7]])
+    for a, b in [(0, 5), (1, 3), (2, 2), (4, 5)]:
+        assert [x.tolist() for x in r.slice(a, b)] == [x.tolist() for x in r.take(np.arange(a, b))]
+    n = 5
+    queries = Queries(ids=np.array([f"q{i}" for i in range(n)], dtype=object), texts=[f"t{i}" for i in range(n)],
+                      positives=Ragged.from_rows([[i] for i in range(n)]),
+                      grades=Ragged.from_rows([[1.0]] * n, dtype=np.float64),
+                      prompts=[f"p{i}" for i in range(n)], history=r,
+                      candidates=np.arange(n * 3).reshape(n, 3), exclude=r, user_ids=np.arange(n) + 10)
+    got, want = queries.slice(1, 4), queries.take(np.arange(1, 4))
+    for name in ("ids", "texts", "prompts", "candidates", "user_ids"):
+        assert np.array_equal(np.asarray(getattr(got, name)), np.asarray(getattr(want, name))), name
+    for name in ("positives", "grades", "history", "exclude"):
+        assert [x.tolist() for x in getattr(got, name)] == [x.tolist() for x in getattr(want, name)], name
+    assert [len(b) for _, b in queries.batches(2)] == [2, 2, 1]
+
+
 def test_ragged_negative_indices_count_from_the_end():
     rows = [[1, 2, 3], [], [4], [5, 6]]
     r = Ragged.from_rows(rows)

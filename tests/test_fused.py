@@ -228,3 +228,47 @@ def test_openblas_spin_is_short_unless_chosen():
     env["OPENBLAS_THREAD_TIMEOUT"] = "12"
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
                           check=True).stdout.strip() == "12"
+
+
+def test_block_maxima_and_masks_equal_numpy():
+    """The LLVM-IR helpers of the block path against numpy: each block's maximum (as the
+    order-preserving key of its bits; -0.0 and 0.0 as one), the counts above / equal to p, and
+    each full block's mask of scores >= t; rows with -inf, signed zeros, ties and a short
+    last block."""
+    import numba
+
+    from rbench import _fused_kernel as kern
+
+    @numba.njit
+    def maxima(row, p, count):
+        bm = np.empty(row.shape[0] // kern.BLOCK + 1, dtype=np.int32)
+        nb, h, e = kern.block_maxima(row, row.view(np.int32), bm, p, count)
+        return bm[:nb], h, e
+
+    @numba.njit
+    def masks(row, t):
+        out = np.empty(row.shape[0] // kern.BLOCK, dtype=np.uint64)
+        for b in range(out.shape[0]):
+            out[b] = kern.ge_mask(row.ctypes.data + 4 * kern.BLOCK * b, np.float32(t))
+        return out
+
+    def key(x):  # the order-preserving int key of fp32 values, -0.0 with 0.0
+        x = np.where(x == 0, np.float32(0), x).astype(np.float32).view(np.int32).astype(np.int64)
+        return np.where(x < 0, x ^ 0x7FFFFFFF, x)
+
+    rng = np.random.default_rng(5)
+    for n in (64, 1000, 7000, 7040):
+        row = rng.standard_normal(n).astype(np.float32)
+        row[rng.random(n) < 0.1] = -np.inf
+        row[rng.random(n) < 0.05] = 0.0
+        row[rng.random(n) < 0.05] = -0.0
+        row[: min(n, 128)] = np.round(row[: min(n, 128)])  # ties
+        for p in (row[3], np.float32(0.0), np.float32(-np.inf), np.float32(10.0)):
+            for count in (True, False):
+                bm, h, e = maxima(row, p, count)
+                blocks = [row[a : a + 64] for a in range(0, n, 64)]
+                assert bm.astype(np.int64).tolist() == [int(key(b).max()) for b in blocks]
+                assert (h, e) == (((row > p).sum(), (row == p).sum()) if count else (0, 0))
+            full = row[: n // 64 * 64].reshape(-1, 64)
+            want = np.packbits(full >= p, axis=1, bitorder="little").view(np.uint64).ravel()
+            assert np.array_equal(masks(row, p), want)
