@@ -213,7 +213,7 @@ def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
 
 
 BLOCK = 64  # the block-maxima threshold's blocks: 64 contiguous fp32 scores (4 cache lines)
-N_BUCKETS = 1024  # its histogram of block maxima
+N_BUCKETS = 256  # its histogram of block maxima
 _KEY_NEG_INF = np.int32(-2139095041)  # key(-inf): the order-preserving int32 key of -inf
 
 
@@ -324,7 +324,7 @@ def fp32_key(x):
     return np.int32(key + np.int32(key == np.int32(-1)))
 
 
-@numba.njit(cache=True)
+@numba.njit(cache=True)  # (not inlined, as collect_blocks: called once a row, and the callers' code stays small)
 def block_maxima(row, ri, bm, p, count):
     """bm[b] = the largest key of the row's b-th block of BLOCK scores (the last, shorter block
     included), where key is the int32 order-preserving map of the fp32 bits, -0.0 mapped with
@@ -364,7 +364,7 @@ def block_threshold(bm, nb, k, hist):
     """A key that at least k of the blocks' maxima reach, and few more: the lower edge of the
     histogram bucket (N_BUCKETS over the finite maxima's range) where the count from the top
     reaches k. Each such block holds a score at or above it, so the row's top-k does too, and
-    only the blocks whose maximum reaches it need a look (about k of them, ~1.15 k scores
+    only the blocks whose maximum reaches it need a look (about k of them, ~1.17 k scores
     collected for k = 100 at BLOCK = 64 on Gaussian scores, against ~2 k for the sampled
     threshold). Returns (found, key); not found when fewer than k blocks hold a finite score."""
     lo = np.int64(2147483647)
@@ -526,17 +526,19 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
 def row_scratch(s, k, bv, more):
     """One thread's scratch for ``scan_row`` over rows of s's length and dtype: the flags (whole
     32-byte spans, zero past the row), the threshold's sample, a 1-element score of s's dtype,
-    the final sort's scratch (only when no chunk follows), the block maxima, their histogram and
-    the selected blocks."""
+    the final sort's scratch (only when no chunk follows), the block maxima, their histogram,
+    the selected blocks and the buffer of a row seen in one chunk (only when no chunk follows)."""
     C = s.shape[-1]
     fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
     sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
     tr = np.empty(1, dtype=s.dtype)
     keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(bv.shape[1] if not more else 0, bv)
     bm = np.empty(C // BLOCK + 1, dtype=np.int32)
-    bhist = np.empty(N_BUCKETS, dtype=np.int64)
+    bhist = np.empty(N_BUCKETS, dtype=np.int32)
     sel = np.empty(C // BLOCK + 1, dtype=np.int64)
-    return fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel
+    width = bv.shape[1] if not more else 0
+    own_v, own_i = np.empty(width, dtype=bv.dtype), np.empty(width, dtype=np.int64)
+    return fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i
 
 
 @numba.njit(inline="always")
@@ -544,17 +546,22 @@ def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, b
              narrow, out_v, out_i, scratch):
     """Row r's visit of ``scan`` (row: its scores in this chunk, rowi: their int32 view when fp32,
     else empty; scratch: ``row_scratch``)."""
-    fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel = scratch
+    fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i = scratch
     first = 0
     if k > 0:
-        n, t, strict = topk_row(row, a, k, bv[r], bi[r], bn[r], bt[r], bs[r], fl, sample, tr,
+        # a row whose first chunk is its last collects into the thread's own buffer (in cache)
+        # rather than into its row of bv/bi: nothing needs the candidates after the sort
+        alone = not more and bn[r] < 0
+        rv = own_v if alone else bv[r]
+        rix = own_i if alone else bi[r]
+        n, t, strict = topk_row(row, a, k, rv, rix, bn[r], bt[r], bs[r], fl, sample, tr,
                                 r, thr, higher, equal, rowi, bm, bhist, sel)
         if more and not strict and n > k:  # later chunks: only what beats the k-th best
-            n, t = keep_best(bv[r], bi[r], n, k)
+            n, t = keep_best(rv, rix, n, k)
             strict = True
         bn[r], bt[r], bs[r] = n, t, strict
         if not more:
-            finish_row(bv[r], bi[r], n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
+            finish_row(rv, rix, n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
         first = 1
     rank_counts(row, r, a, thr, pos, higher, equal, first)
     if want_finite:
