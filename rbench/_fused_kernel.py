@@ -3,10 +3,13 @@ is a heavy import). Module level, so that numba's on-disk cache keys them reliab
 
 Speed notes (2-core AMD Zen 3, numba 0.68): a count written as ``h = int32(h + int32(x > t))``
 vectorises (8 lanes); a float ``max`` reduction does not (LLVM keeps it scalar), and neither
-does anything that branches per score. So the top-k is found by comparisons only: a threshold from
-a strided sample of the row, a vectorised pass that flags the scores at or above it (one byte
-each), and a scalar look at the few 32-byte spans of flags that hold any. Rows are split into
-one contiguous block per thread, so that each thread allocates its scratch once per call."""
+does anything that branches per score. So the top-k is found by comparisons and maxima only:
+on long fp32 rows the blocks' maxima and each block's mask of scores at or above a threshold
+are written in LLVM IR (``block_maxima_ir``, ``ge_mask``: a float max tree, vector compares and
+their sign masks), elsewhere a threshold comes from a strided sample of the row, a vectorised
+pass flags the scores at or above it (one byte each), and a scalar look visits the few 32-byte
+spans of flags that hold any. Rows are split into one contiguous block per thread, so that each
+thread allocates its scratch once per call."""
 
 from __future__ import annotations
 

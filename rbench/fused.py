@@ -23,9 +23,11 @@ their own contribution afterwards, so the top-k sees them as it must.
 
 The top-k never sorts or selects over a whole row (a float max or a per-score branch does not
 vectorise in numba; comparisons and int maxima do). An fp32 chunk row of at least k blocks of 64
-scores gets its threshold from the blocks' maxima (int32 keys): the k-th largest maximum is
-reached by >= k scores, so it needs no second try, and only the ~k blocks reaching it are
-collected. Otherwise a row's first chunk gives a threshold: the m-th largest of
+scores gets its threshold from the blocks' maxima (a float max tree in LLVM IR, then int32
+keys): a histogram bucket's edge that at least k maxima reach is reached by >= k scores, so it
+needs no second try, and only the ~k blocks reaching it are collected, each by a 64-bit mask of
+its scores at or above it (vector compares in LLVM IR). A row whose first chunk is its last
+collects into its thread's own buffer. Otherwise a row's first chunk gives a threshold: the m-th largest of
 every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it). One vectorised pass writes a
 flag byte per score (score >= threshold; the first positive's rank counts ride along); the flags
 are read eight at a time and only the few non-zero words looked at, their candidates appended
