@@ -34,7 +34,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic
 
 # (numba's on-disk cache keys gemm_scan on this file alone: after changing the _gemm_kernel helpers
-# it inlines, touch this file, or its cached machine code keeps the old ones)
+# it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
 from rbench._gemm_kernel import MC, MR, NR, block_product, pack_rows
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
