@@ -43,7 +43,7 @@ def measure(dim: int, n_q: int, n_pool: int, rounds: int) -> dict:
     tops = {k: fused.TopK(n_q, k) for k in (0, 100)}
 
     def fused_scan(k: int) -> None:
-        top = fused.TopK.reuse(tops[k], n_q, k)
+        top = fused.TopK(n_q, k, tops[k])
         higher, equal = np.zeros((n_q, 1), dtype=np.int64), np.zeros((n_q, 1), dtype=np.int64)
         fused.gemm_scan(q, packed, n_pool, 0, thr, pos, no_off, no_col, False, higher, equal,
                         np.zeros(n_q, dtype=np.int64), top, more=False)

@@ -397,6 +397,16 @@ def block_threshold(bm, nb, k, hist):
     return True, lo  # (not reached: nf >= k)
 
 
+@numba.njit(inline="always")
+def append_capped(bv, bi, n, x, i):
+    """Entry n of the buffer := (x, i) if it has room; the count goes on regardless (an overflow
+    is seen by the caller). Returns n + 1."""
+    if n < bv.shape[0]:
+        bv[n] = x
+        bi[n] = i
+    return n + 1
+
+
 @numba.njit(cache=True)
 def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
     """The first chunk's candidates at or above the block threshold t_key, in ascending pool
@@ -415,7 +425,6 @@ def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
     for b in range(nb):
         sel[ns] = b
         ns += np.int64(bm[b] >= kk)
-    cap = bv.shape[0]
     base = row.ctypes.data
     n = 0
     for j in range(ns):
@@ -425,18 +434,12 @@ def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
             while w != 0:
                 c = c0 + np.int64(trailing_zeros(w))
                 w &= w - np.uint64(1)
-                if n < cap:
-                    bv[n] = row[c]
-                    bi[n] = a + c
-                n += 1
+                n = append_capped(bv, bi, n, row[c], a + c)
         else:  # the short last block
             for c in range(c0, C):
                 if row[c] >= tt:
-                    if n < cap:
-                        bv[n] = row[c]
-                        bi[n] = a + c
-                    n += 1
-    if n <= cap:
+                    n = append_capped(bv, bi, n, row[c], a + c)
+    if n <= bv.shape[0]:
         return n, np.float64(tt), False
     t = np.float64(tt)  # overflow: again, compacting on the way
     strict = False

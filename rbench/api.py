@@ -9,7 +9,7 @@ queries never become millions of Python lists.
 from __future__ import annotations
 
 import operator
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
@@ -277,34 +277,29 @@ class Queries:
 
     def take(self, rows: np.ndarray) -> Queries:
         rows = np.asarray(rows, dtype=np.int64)
-        pick = lambda xs: [xs[int(i)] for i in rows]  # noqa: E731
-        return Queries(
-            ids=self.ids[rows],
-            texts=pick(self.texts),
-            positives=self.positives.take(rows),
-            grades=self.grades.take(rows),
-            prompts=pick(self.prompts) if self.prompts is not None else None,
-            history=self.history.take(rows) if self.history is not None else None,
-            candidates=self.candidates[rows] if self.candidates is not None else None,
-            exclude=self.exclude.take(rows) if self.exclude is not None else None,
-            user_ids=self.user_ids[rows] if self.user_ids is not None else None,
-            meta=self.meta,
-        )
+        return self._select(lambda xs: xs[rows], lambda xs: [xs[int(i)] for i in rows], lambda r: r.take(rows))
 
     def slice(self, start: int, stop: int) -> Queries:
         """Queries start .. stop-1: ``take`` of a range by slicing (the engine's batches; a
         per-row gather of the texts cost ~1% of a d = 128 evaluation)."""
         cut = lambda xs: xs[start:stop]  # noqa: E731
+        return self._select(cut, cut, lambda r: r.slice(start, stop))
+
+    def _select(self, arrays: Callable[[Any], Any], lists: Callable[[Any], Any],
+                ragged: Callable[[Ragged], Ragged]) -> Queries:
+        """The same rows of every per-query field: arrays, text lists and Ragged each by their own
+        selector (``take`` and ``slice`` differ only in those)."""
+        maybe = lambda pick, x: pick(x) if x is not None else None  # noqa: E731
         return Queries(
-            ids=self.ids[start:stop],
-            texts=cut(self.texts),
-            positives=self.positives.slice(start, stop),
-            grades=self.grades.slice(start, stop),
-            prompts=cut(self.prompts) if self.prompts is not None else None,
-            history=self.history.slice(start, stop) if self.history is not None else None,
-            candidates=self.candidates[start:stop] if self.candidates is not None else None,
-            exclude=self.exclude.slice(start, stop) if self.exclude is not None else None,
-            user_ids=self.user_ids[start:stop] if self.user_ids is not None else None,
+            ids=arrays(self.ids),
+            texts=lists(self.texts),
+            positives=ragged(self.positives),
+            grades=ragged(self.grades),
+            prompts=maybe(lists, self.prompts),
+            history=maybe(ragged, self.history),
+            candidates=maybe(arrays, self.candidates),
+            exclude=maybe(ragged, self.exclude),
+            user_ids=maybe(arrays, self.user_ids),
             meta=self.meta,
         )
 

@@ -536,7 +536,7 @@ def evaluate(
                 # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache,
                 # over parts of the chunk whose packed candidates stay in cache too
                 if carried is None:
-                    carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
+                    carried = spare_top = fused.TopK(B, topk, spare_top)
                 for s0 in range(0, len(cand), gemm_part):
                     part = cand[s0 : s0 + gemm_part]
                     C, a0 = len(part), a + s0
@@ -570,7 +570,7 @@ def evaluate(
             excluded_here = excl is not None and len(excl.values) > 0
             if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.fused)
                 if carried is None:
-                    carried = spare_top = fused.TopK.reuse(spare_top, B, topk)
+                    carried = spare_top = fused.TopK(B, topk, spare_top)
                 fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried,
                            more=a + C < pool_range[1])
                 if not excluded_here:

@@ -77,6 +77,8 @@ class TopK:
     one before (``take_topk`` / ``keep_topk``)."""
 
     def __init__(self, n_rows: int, k: int, spare: TopK | None = None) -> None:
+        """A fresh top-k for n_rows rows, in spare's buffers when they fit (fresh pages cost more
+        than the scan on these machines: ~10 MB a 1,024-query batch)."""
         width = _kernels().buffer_width(k)
         need = (n_rows * width, n_rows * width, n_rows, n_rows, n_rows, n_rows * k, n_rows * k)
         if spare is not None and all(b.size >= m for b, m in zip(spare._base, need)):
@@ -99,12 +101,6 @@ class TopK:
         # gemm_scan's per-thread blocks of scores (independent of k and of the rows)
         self.blocks: np.ndarray | None = spare.blocks if spare is not None else None
 
-    @classmethod
-    def reuse(cls, old: TopK | None, n_rows: int, k: int) -> TopK:
-        """A fresh top-k for n_rows rows, in old's buffers when they fit (fresh pages cost more
-        than the scan on these machines: ~10 MB a 1,024-query batch)."""
-        return cls(n_rows, k, old)
-
     def nbytes(self) -> int:
         return sum(b.nbytes for b in self._base) + (self.blocks.nbytes if self.blocks is not None else 0)
 
@@ -112,16 +108,16 @@ class TopK:
 # Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep
 # theirs): faulting in fresh pages for them in every evaluation cost this machine about a tenth
 # of a d = 128 evaluation of 3,000 x 25,000 (an ad-hoc paired check against the bare GEMM: 1.22x
-# with fresh pages, 1.12x with glibc told to keep freed memory, 1.06x with these spares). One of each kind, at most _SPARE_BYTES each (a 25,000 x
-# 1,024 pool packed: 102 MB); handed out once (an evaluation beside another in a thread allocates
-# its own).
+# with fresh pages, 1.12x with glibc told to keep freed memory, 1.06x with these spares). One of
+# each kind, at most _SPARE_BYTES each (a 25,000 x 1,024 pool packed: 102 MB); handed out once
+# (an evaluation beside another in a thread allocates its own).
 _SPARE_BYTES = 1 << 27
 _SPARES: dict[str, Any] = {}
 _SPARE_LOCK = threading.Lock()
 
 
 def take_topk() -> TopK | None:
-    """The top-k buffers the last evaluation left (or None); ``TopK.reuse`` takes them."""
+    """The top-k buffers the last evaluation left (or None): a ``TopK``'s spare."""
     with _SPARE_LOCK:
         return _SPARES.pop("topk", None)
 
