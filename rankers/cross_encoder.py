@@ -55,7 +55,7 @@ import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
 from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugins import FLOAT32_KERNELS, BaseRanker
 
 Activation = Literal["auto", "identity", "sigmoid", "softmax1"]
 
@@ -208,6 +208,8 @@ class PairRanker(BaseRanker):
     """Base of the pairwise rerankers: ``index`` keeps the pool, ``score`` gathers every
     (query text, candidate text) pair of 1-D shared or 2-D per-query candidates and hands them to
     ``score_pairs``. ``pairwise = True`` tells the harness the ranker scores pair by pair."""
+
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
 
     pairwise = True
     transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts

@@ -93,7 +93,7 @@ import numpy as np
 from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugins import FLOAT32_KERNELS, BaseRanker
 
 DATASET = "rb"
 ID_SEPARATORS = ("::", ":", "/", "|", "#")
@@ -423,6 +423,8 @@ def match_to_fit(pool: Pool, fit_index: dict[str, int], task_name: str) -> np.nd
 
 class RecBoleRanker(BaseRanker):
     """A RecBole model trained on the task's training split, scored by inner product."""
+
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
 
     name = "recbole"
     transfers = False  # learned embeddings of the training pool's item ids

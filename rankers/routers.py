@@ -50,7 +50,7 @@ import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
 from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugins import FLOAT32_KERNELS, BaseRanker
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -195,6 +195,8 @@ class QueryEncodingRouter(BaseRanker):
     """Base of the routers that embed query texts: one lazily loaded ``TextEncoder`` built from
     the options ``model``, ``max_length``, ``batch_size`` and ``device``."""
 
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
         super().__init__(config, context)
         self.info: dict[str, Any] = {}
@@ -312,6 +314,8 @@ class RouterClfOptions:
 class RouterClfRanker(BaseRanker):
     """RouterBERT (RouteLLM's BERT classifier): an encoder fine-tuned as an N-way classifier of the
     best LLM; score = logit. The epoch with the best valid MRR is kept."""
+
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
 
     name = "router-clf"
     transfers = False  # one class per training-pool LLM

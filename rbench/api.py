@@ -196,6 +196,20 @@ class Ragged:
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
 
 
+def _private(a: np.ndarray) -> np.ndarray:
+    """A copy no one else holds, marked read-only. (A read-only *view* is not enough: numpy lets
+    its holder set ``writeable`` back whenever the base is writeable, and write through it.)"""
+    out = np.array(a, copy=True)
+    out.setflags(write=False)
+    return out
+
+
+def _deep_copy(value: Any) -> Any:
+    import copy
+
+    return copy.deepcopy(value)
+
+
 # --------------------------------------------------------------------------------------------
 # Pool and queries
 # --------------------------------------------------------------------------------------------
@@ -232,6 +246,15 @@ class Pool:
     def text_batch(self, idx: np.ndarray) -> list[str]:
         return [str(self.texts[int(i)]) for i in idx]
 
+    def for_ranker(self) -> Pool:
+        """The pool as a ranker receives it (``fit``, ``index``, ``encode_pool``): private
+        read-only ids and domains, the same texts (a lazy column is read-only already; a list is
+        copied), so nothing a ranker does to it reaches the harness's pool or the run file."""
+        texts = list(self.texts) if isinstance(self.texts, list) else self.texts
+        return Pool(ids=_private(self.ids), texts=texts,
+                    domains=_private(self.domains) if self.domains is not None else None,
+                    name=self.name, fingerprint=self.fingerprint)
+
 
 @dataclass
 class Queries:
@@ -257,6 +280,7 @@ class Queries:
     exclude: Ragged | None = None
     user_ids: np.ndarray | None = None
     meta: dict[str, Any] = field(default_factory=dict)
+    labelled: bool = True  # False: a label-free view (``unlabelled``): positives/grades empty rows
 
     def __post_init__(self) -> None:
         n = len(self.ids)
@@ -274,6 +298,35 @@ class Queries:
 
     def __len__(self) -> int:
         return len(self.ids)
+
+    def unlabelled(self) -> Queries:
+        """What a ranker sees of queries it is scored on: the inputs a deployed ranker would have
+        (ids, texts, prompts, history, own candidate lists, user ids) as private read-only copies,
+        and no answers: ``positives`` and ``grades`` are empty rows, ``exclude`` is None (for ESCI
+        and MS MARCO it lists a query's other relevant items; the engine applies exclusions
+        itself) and ``meta`` is empty (routing outcomes live there). It is a ``Queries`` (not a
+        type of its own) so that one ``encode_queries``/``score`` serves labelled valid queries
+        during ``fit`` and label-free test queries alike; ``labelled`` tells them apart."""
+        n = len(self.ids)
+        empty = Ragged(_private(np.zeros(n + 1, dtype=np.int64)), _private(np.zeros(0, dtype=np.int64)))
+        maybe = lambda x: _private(x) if x is not None else None  # noqa: E731
+        return Queries(
+            ids=_private(self.ids), texts=list(self.texts), positives=empty,
+            grades=Ragged(empty.offsets, _private(np.zeros(0, dtype=np.float64))),
+            prompts=list(self.prompts) if self.prompts is not None else None,
+            history=Ragged(_private(self.history.offsets), _private(self.history.values))
+            if self.history is not None else None,
+            candidates=maybe(self.candidates), exclude=None, user_ids=maybe(self.user_ids),
+            meta={}, labelled=False)
+
+    def private_copy(self) -> Queries:
+        """A labelled copy whose arrays are private and read-only (train and valid as ``fit``
+        receives them: changing them cannot change what the harness holds)."""
+        copy = lambda xs: _private(xs)  # noqa: E731
+        rag = lambda r: Ragged(_private(r.offsets), _private(r.values))  # noqa: E731
+        out = self._select(copy, list, rag)
+        out.meta = _deep_copy(self.meta)
+        return out
 
     def take(self, rows: np.ndarray) -> Queries:
         rows = np.asarray(rows, dtype=np.int64)
@@ -301,6 +354,7 @@ class Queries:
             exclude=maybe(ragged, self.exclude),
             user_ids=maybe(arrays, self.user_ids),
             meta=self.meta,
+            labelled=self.labelled,
         )
 
     def batches(self, size: int) -> Iterator[tuple[np.ndarray, Queries]]:
@@ -343,6 +397,16 @@ class TaskData:
     @property
     def fingerprint(self) -> str:
         return self.pool.fingerprint
+
+    def for_fit(self) -> TaskData:
+        """What ``fit`` receives: train and valid with their labels (the training signal) as private
+        copies, the pools as ``Pool.for_ranker``, and the evaluated split without labels
+        (``Queries.unlabelled``). The runner keeps this object; nothing done to the copy changes
+        what the ranker is scored against."""
+        return TaskData(spec=self.spec, pool=self.pool.for_ranker(), train=self.train.private_copy(),
+                        valid=self.valid.private_copy(), test=self.test.unlabelled(), variant=self.variant,
+                        train_pool=self.train_pool.for_ranker() if self.train_pool is not None else None,
+                        info=_deep_copy(self.info), train_spec=self.train_spec)
 
 
 # --------------------------------------------------------------------------------------------

@@ -26,7 +26,7 @@ import numpy as np
 
 from rbench import fused
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged
-from rbench.errors import DataError, RankerOutputError
+from rbench.errors import DataError, RankerOutputError, RBenchError
 
 Scorer = Callable[[Queries, np.ndarray], np.ndarray]
 
@@ -277,11 +277,11 @@ def _pad(r: Ragged, fill: float | int, dtype: Any) -> tuple[np.ndarray, np.ndarr
     return out, mask
 
 
-def validate_queries(queries: Queries, pool: Pool) -> None:
+def validate_queries(queries: Queries, pool: Pool, require_positive: bool = True) -> None:
     """Positives must be unique pool indices, present in their candidate list if there is one."""
     n = len(pool)
     lengths = queries.positives.lengths()
-    if (lengths == 0).any():
+    if require_positive and (lengths == 0).any():
         qid = queries.ids[int(np.flatnonzero(lengths == 0)[0])]
         raise DataError(f"query {qid!r} has no positive (every evaluated query needs one)")
     vals = queries.positives.values
@@ -332,7 +332,7 @@ class _Chunks:
 def encode_pool(ranker: Any, pool: Pool) -> Any:
     """The ranker's candidate vectors, checked once: shape (len(pool), d), every value finite
     (scanned in chunks: the matrix may be memory-mapped or sharded)."""
-    emb = ranker.encode_pool(pool)
+    emb = ranker.encode_pool(pool.for_ranker())
     if emb.ndim != 2 or emb.shape[0] != len(pool):
         raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
                                 f"expected ({len(pool)}, d)")
@@ -351,7 +351,7 @@ def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = 25
     engine's batches (so they equal what ``evaluate`` encodes batch by batch) and checked."""
     out = np.empty((len(queries), dim), dtype=np.float32)
     for rows, batch in queries.batches(batch_size):
-        out[rows] = _query_vectors(ranker.encode_queries(batch), batch, dim, ranker.name)
+        out[rows] = _query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)
         if progress is not None:
             progress(len(rows))
     return out
@@ -370,16 +370,40 @@ def _query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
 
 
 def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
-    """Index the pool and return ``score(batch, candidates)`` for the engine's loop."""
+    """Index the pool and return ``score(batch, candidates)`` for the engine's loop. The ranker
+    receives the pool as ``Pool.for_ranker`` and queries as ``Queries.unlabelled``."""
     timings: dict[str, float] = {}
     t0 = time.perf_counter()
     if is_embedding_ranker(ranker):
         emb = encode_pool(ranker, pool)
         timings["index_s"] = time.perf_counter() - t0
-        return dense_scorer(emb, ranker.encode_queries, ranker.name, pool_checked=True), timings
-    ranker.index(pool)
+        return dense_scorer(emb, lambda batch: ranker.encode_queries(batch.unlabelled()), ranker.name,
+                            pool_checked=True), timings
+    ranker.index(pool.for_ranker())
     timings["index_s"] = time.perf_counter() - t0
-    return ranker.score, timings
+    return ranker_scorer(ranker), timings
+
+
+def ranker_scorer(ranker: Any) -> Scorer:
+    """A ranker's own ``score`` as the engine calls it: the batch's label-free view (made once per
+    batch) and the candidates as a private read-only copy, so neither the answers nor the
+    engine's arrays are within its reach. Carries what the ranker declares: ``set_dependent``
+    (its scores depend on which candidates share the call: each query's whole list is then
+    scored in one call and never compared across calls) and ``score_tolerance`` (how far two
+    calls' scores of one pair may differ, relative to max(1, |score|), for fp32/GPU kernels whose
+    arithmetic follows the batch's shape; 0: bit for bit)."""
+    view: dict[str, Queries] = {}
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        if view.get("of") is not batch:  # hold the batch: an id() could be reused
+            view["of"], view["as"] = batch, batch.unlabelled()
+        mine = np.array(cand, dtype=np.int64)
+        mine.setflags(write=False)
+        return ranker.score(view["as"], mine)
+
+    score.set_dependent = bool(getattr(ranker, "set_dependent", False))  # type: ignore[attr-defined]
+    score.tolerance = float(getattr(ranker, "score_tolerance", 0.0) or 0.0)  # type: ignore[attr-defined]
+    return score
 
 
 def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name: str = "dense",
@@ -449,6 +473,7 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
         packed.clear()
 
     score.scratch_output = True  # type: ignore[attr-defined]
+    score.harness_scores = True  # type: ignore[attr-defined]  # the numbers are the engine's, not ranker code's
     score.finite_inputs = pool_checked  # type: ignore[attr-defined]
     score.release = release  # type: ignore[attr-defined]
     score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
@@ -474,23 +499,38 @@ def evaluate(
     progress: Callable[[int], None] | None = None,
     scorer: Scorer | None = None,
     pool_range: tuple[int, int] | None = None,
+    unlabelled_rows: bool = False,
 ) -> EvalResult:
     """Rank ``pool`` (or each query's candidate list) for every query; exact positive ranks.
 
     ``pool_range=(a, b)`` scans only candidates a..b-1 of a shared pool (one shard); the
     positives are still scored and compared wherever they live, so shard results ``merge``
-    into exactly the single-process result. ``topk``: how many best candidates per query to keep
-    (``EvalResult.topk_index``); 0 keeps none and skips that work (``rbench run`` asks for none).
+    into exactly the single-process result (the engine's own dense scores only: see below).
+    ``topk``: how many best candidates per query to keep (``EvalResult.topk_index``); 0 keeps none
+    and skips that work (``rbench run`` asks for none). ``unlabelled_rows``: queries without a
+    positive are ranked too (their top-k is kept; the two-stage path's lists without one).
+
+    Scores made by ranker code (its own ``score``; everything but the engine's dense scorer) are
+    never asked for the positives alone: each query's whole candidate list (or the whole pool)
+    is scored in the same calls whatever the labels, and the positives' scores are read from
+    those calls (``_whole_rows``). A ranker that declares ``set_dependent`` gets each batch's
+    whole list in one call; any other is spot-checked (``_verify``): a label-independent sample
+    of candidates scored again, in another order and company, must get the same scores.
     """
-    validate_queries(queries, pool)
+    validate_queries(queries, pool, require_positive=not unlabelled_rows)
     if pool_range is not None and queries.candidates is not None:
         raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
     pool_range = pool_range or (0, len(pool))
-    timings: dict[str, float] = {}
+    timings: dict[str, float] = {"compile_s": getattr(fused, "warmup", lambda: 0.0)()}  # the JIT's first compile: not the ranker's cost
     own_scorer = scorer is None  # made here: its memory is released at the end
     if scorer is None:
-        scorer, timings = make_scorer(ranker, pool)
+        scorer, made = make_scorer(ranker, pool)
+        timings.update(made)
     name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
+    whole = not getattr(scorer, "harness_scores", False)  # ranker code's scores: whole rows (see above)
+    lo, hi = pool_range
+    if whole:
+        batch_size = _whole_row_batch(scorer, queries, pool, pool_range, batch_size, chunk_size, name)
     scratch = bool(getattr(scorer, "scratch_output", False))
     n = len(queries)
     n_pos = len(queries.positives.values)
@@ -506,32 +546,45 @@ def evaluate(
     gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
     gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
     spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
+    verify_s = 0.0
     t_score = time.perf_counter()
     for rows, batch in queries.batches(batch_size):
         B = len(rows)
         pos, pos_ok = _pad(batch.positives, 0, np.int64)
         grade, _ = _pad(batch.grades, 0.0, np.float64)
-        # positives' scores: small lists are scored whole (listwise rankers see the real list)
-        if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
+        small = batch.candidates is not None and batch.candidates.shape[1] <= chunk_size
+        if whole:  # every score from the calls over whole rows; the positives' read from them
+            full = _whole_rows(scorer, batch, pool_range, chunk_size, name)
+            if not getattr(scorer, "set_dependent", False):
+                t0 = time.perf_counter()
+                _verify(scorer, batch, full, pool_range, int(rows[0]), name, pool)
+                verify_s += time.perf_counter() - t0
+            col = pos - lo if batch.candidates is None else \
+                np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
+            sp = np.take_along_axis(full, col, axis=1)
+            chunks: Any = [(lo, batch.candidates if batch.candidates is not None else np.arange(lo, hi))]
+        elif small:  # the engine's dense scores of small lists: scored whole
             full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch)
             col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
             sp = np.take_along_axis(full, col, axis=1)
-        else:
+            chunks = [(0, batch.candidates)]
+        else:  # the engine's dense scores: a positive's by the GEMM's own arithmetic (pair_dots)
             full = None
             sp = _check(scorer(batch, pos), pos.shape, name, batch)
+            chunks = _Chunks(batch, pool_range, chunk_size)
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
         excl = batch.exclude
         # the scores are masked and counted in row blocks of about _TILE_BYTES, so that those
         # passes read a block from cache, not memory
-        width = batch.candidates.shape[1] if batch.candidates is not None else pool_range[1] - pool_range[0]
-        step = max(1, _TILE_BYTES // (8 * max(1, min(width, chunk_size))))
+        width = full.shape[1] if full is not None else min(hi - lo, chunk_size)
+        step = max(1, _TILE_BYTES // (8 * max(1, width)))
         blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
         top = _RunningTopK(topk)
         carried: fused.TopK | None = None  # the fused scan's top-k (its buffers reused batch to batch)
         pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
         finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
-        for a, cand in _Chunks(batch, pool_range, chunk_size):
+        for a, cand in chunks:
             if gemm_operands is not None and cand.ndim == 1 and len(cand) and (carried is None or not carried.wide):
                 # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache,
                 # over parts of the chunk whose packed candidates stay in cache too
@@ -548,16 +601,16 @@ def evaluate(
                     if not len(ex_col):
                         finite += C
                 continue
-            if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
-                s = full  # already scored above
+            if full is not None:
+                s = full if whole else full.copy()  # _whole_rows' rows are the engine's own
             else:
                 shape = cand.shape if cand.ndim == 2 else (B, len(cand))
                 raw = scorer(batch, cand)
                 # the dense scorer checks its inputs are finite, so its products are; others are scanned
                 s = _check(raw, shape, name, batch) if not getattr(scorer, "finite_inputs", False) \
                     else _check_shape(raw, shape, name)
-            if not scratch or s is full:
-                s = s.copy()  # never modify a ranker's own arrays
+                if not scratch:
+                    s = s.copy()  # never modify a scorer's own arrays
             C = s.shape[1]
             spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
             # exclusions -> -inf (never higher, never tied, never in top-k)
@@ -593,8 +646,6 @@ def evaluate(
                     hit = (cb[:, :, None] == pos[r0:r1, None, :]) & pos_ok[r0:r1, None, :]
                     sb[hit.any(axis=2)] = np.nan
                 _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
-            if batch.candidates is not None and batch.candidates.shape[1] <= chunk_size:
-                break
         if carried is not None:  # the fused scan's counts and top-k (already in rank order)
             n_ranked[rows] += finite
             if topk:
@@ -611,12 +662,15 @@ def evaluate(
                             | ((grade[:, None, :] == grade[:, :, None]) & (pos[:, None, :] > pos[:, :, None])))
         )
         pos_before = (before & ok).sum(axis=2)
-        flat = batch_slice(queries.positives, rows)
-        higher_vals[flat], equal_vals[flat], before_vals[flat] = higher[pos_ok], equal[pos_ok], pos_before[pos_ok]
+        if len(batch.positives.values):
+            flat = batch_slice(queries.positives, rows)
+            higher_vals[flat], equal_vals[flat], before_vals[flat] = higher[pos_ok], equal[pos_ok], pos_before[pos_ok]
         if progress is not None:
             progress(B)
     timings["score_s"] = time.perf_counter() - t_score
     timings["per_query_ms"] = 1000.0 * timings["score_s"] / max(n, 1)
+    if whole:
+        timings["verify_s"] = verify_s  # the consistency check's share of score_s
     top_idx[~np.isfinite(top_val)] = -1
     fused.keep_topk(spare_top)
     if own_scorer and hasattr(scorer, "release"):
@@ -631,6 +685,98 @@ def evaluate(
         equal=equal_vals,
         pos_before=before_vals,
     )
+
+
+_ROW_BYTES = 1 << 30  # whole-row scoring holds a batch's rows of scores (fp64 worth) within this
+
+
+def _whole_row_batch(scorer: Scorer, queries: Queries, pool: Pool, pool_range: tuple[int, int],
+                     batch_size: int, chunk_size: int, name: str) -> int:
+    """The batch size whole-row scoring uses (a batch's rows of scores stay within _ROW_BYTES),
+    after refusing what it cannot do: a shard of a shared pool (the positives' scores would need
+    calls of their own) and a set-dependent ranker's shared pool above one call (--chunk-size)."""
+    width = queries.candidates.shape[1] if queries.candidates is not None else pool_range[1] - pool_range[0]
+    if queries.candidates is None and pool_range != (0, len(pool)):
+        raise ValueError(f"pool_range: ranker {name!r} scores with its own score(), whose positives are read "
+                         "from whole rows; only the engine's dense scores are scanned shard by shard")
+    if getattr(scorer, "set_dependent", False) and queries.candidates is None and width > chunk_size:
+        raise RBenchError(f"ranker {name!r} declares set-dependent scores (set_dependent = True), so each "
+                          f"query's candidates are scored in one call; the pool of {width:,} candidates is "
+                          f"more than one call of {chunk_size:,} (--chunk-size): rerank a first stage's "
+                          "top-N instead (--rerank-from bm25 --rerank-depth 100)")
+    return max(1, min(batch_size, _ROW_BYTES // (8 * max(1, width))))
+
+
+def _whole_rows(scorer: Scorer, batch: Queries, pool_range: tuple[int, int], chunk_size: int,
+                name: str) -> np.ndarray:
+    """The batch's scores over each query's whole candidate list (or the whole pool), in the
+    engine's own array: one call (a set-dependent ranker, or a list within ``chunk_size``) or
+    one call per chunk on the fixed grid. Which calls are made never depends on the labels."""
+    one = bool(getattr(scorer, "set_dependent", False))
+    if batch.candidates is not None:
+        m = batch.candidates.shape[1]
+        parts = [(0, batch.candidates)] if one or m <= chunk_size else \
+            [(a, batch.candidates[:, a : a + chunk_size]) for a in range(0, m, chunk_size)]
+    else:
+        parts = [(a - pool_range[0], c) for a, c in _Chunks(batch, pool_range, chunk_size)]
+    B = len(batch)
+    if len(parts) == 1:
+        cand = parts[0][1]
+        shape = cand.shape if cand.ndim == 2 else (B, len(cand))
+        return np.array(_check(scorer(batch, cand), shape, name, batch), copy=True)  # ours, not the ranker's
+    out: np.ndarray | None = None
+    for a, cand in parts:
+        shape = cand.shape if cand.ndim == 2 else (B, len(cand))
+        s = _check(scorer(batch, cand), shape, name, batch)
+        if out is None:
+            width = batch.candidates.shape[1] if batch.candidates is not None else pool_range[1] - pool_range[0]
+            out = np.empty((B, width), dtype=s.dtype)
+        out[:, a : a + shape[1]] = s
+    assert out is not None
+    return out
+
+
+_VERIFY_COLUMNS = 32  # candidates a checked query is scored on again (a shared pool)
+
+
+def _verify(scorer: Scorer, batch: Queries, full: np.ndarray, pool_range: tuple[int, int], seed: int,
+            name: str, pool: Pool) -> None:
+    """The consistency check of a ranker that does not declare set-dependent scores: about one
+    query in a hundred of the batch (at least one) is scored again on a sample of its
+    candidates, shuffled (a shared pool: 32; its own list: half of it), and every score must
+    equal the one the whole-row calls gave (within the ranker's ``score_tolerance``, relative to
+    max(1, |score|)). The rows
+    and columns are drawn from ``seed`` (the batch's position), never from the labels. This
+    catches scores that depend on the call's other candidates or their order (softmax or rank
+    positions inside a call), rankers that ignore ``candidates``, and nondeterministic ones;
+    one line, exit 2."""
+    rng = np.random.default_rng(seed)
+    B, width = full.shape
+    rows = np.sort(rng.choice(B, size=min(B, -(-B // 100)), replace=False))
+    sub = batch.take(rows)
+    if batch.candidates is None:
+        cols = rng.choice(width, size=min(width, _VERIFY_COLUMNS), replace=False)
+        cand: np.ndarray = pool_range[0] + cols
+        want = full[rows][:, cols]
+        col_of = np.broadcast_to(cols, want.shape)
+    else:
+        k = max(1, width // 2)
+        col_of = np.stack([rng.permutation(width)[:k] for _ in rows])
+        cand = np.take_along_axis(batch.candidates[rows], col_of, axis=1)
+        want = np.take_along_axis(full[rows], col_of, axis=1)
+    got = _check(scorer(sub, cand), want.shape, name, sub).astype(np.float64)
+    tol = float(getattr(scorer, "tolerance", 0.0))
+    want = want.astype(np.float64)
+    bad = np.argwhere(np.abs(got - want) > tol * np.maximum(1.0, np.abs(want)))  # relative (tol 0: exact)
+    if len(bad):
+        r, c = (int(v) for v in bad[0])
+        item = int(cand[c] if cand.ndim == 1 else cand[r, c])
+        raise RankerOutputError(
+            f"ranker {name!r} gave candidate {pool.ids[item]!r} of query {sub.ids[r]!r} the score {want[r, c]!r} "
+            f"in one call and {got[r, c]!r} in another (other candidates, another order; "
+            f"{'bit for bit' if tol == 0 else f'tolerance {tol:g}'}): scores must not depend on the rest of the "
+            "call unless the ranker declares set_dependent = True (then each list is scored in one call), "
+            "must be about the candidates passed, and must be deterministic")
 
 
 def merge(parts: list[EvalResult]) -> EvalResult:

@@ -25,6 +25,10 @@ class NoOptions:
     """Options of a ranker that has none."""
 
 
+FLOAT32_KERNELS = 1e-5  # ``score_tolerance`` of torch models: fp32 GEMMs whose blocking follows the batch's
+# shape give one pair scores a few ulps apart in calls of different sizes (measured: <= 3e-7 relative)
+
+
 class BaseRanker:
     """Convenience base: typed options (``Config``), metadata, no-op ``fit``/``index``.
 
@@ -48,6 +52,11 @@ class BaseRanker:
     Config: ClassVar[type] = NoOptions
     domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
     transfers: ClassVar[bool] = False
+    # the engine's contract on scores (rbench.engine.evaluate): ``set_dependent`` rankers (listwise,
+    # pairwise, a softmax over the call) get each query's whole list in one call; the others'
+    # scores of one pair must agree between calls within ``score_tolerance`` (relative; 0: bit for bit)
+    set_dependent: ClassVar[bool] = False
+    score_tolerance: ClassVar[float] = 0.0
 
     def __init__(self, config: Any | None = None, context: RunContext | None = None) -> None:
         self.cfg = config if config is not None else self.Config()

@@ -236,7 +236,7 @@ def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_scor
             return st
     t0 = time.perf_counter()
     step = progress(f"fitting {rp.ranker} (stage 1)", 1)
-    ranker.fit(data)
+    ranker.fit(data.for_fit())
     step(1)
     fit_s = time.perf_counter() - t0
     s_plan = dataclasses.replace(plan, ranker=rp.ranker, ranker_cls=rp.ranker_cls, ranker_config=rp.ranker_config,
@@ -344,8 +344,8 @@ def rank_lists(ranker: Any, scorer: Any, test: Queries, pool: Pool, lists: Ragge
     path: the rank of every positive inside its list (0 for a positive outside it; aligned with
     ``test.positives.values``) and each query's top-``topk`` of its list (indices, scores; -1/-inf
     padded). Queries are grouped by list length (no padding); a query whose list holds none of its
-    positives gets its first candidate as a stand-in positive (to pass the engine's checks; its
-    rank is discarded, the list is still scored)."""
+    positives is ranked without any (``unlabelled_rows``): its list is scored like every other,
+    and the ranker sees no labels either way."""
     n = len(test)
     ranks = np.zeros(len(test.positives.values), dtype=np.int64)
     top_idx = np.full((n, topk), -1, dtype=np.int64)
@@ -358,22 +358,15 @@ def rank_lists(ranker: Any, scorer: Any, test: Queries, pool: Pool, lists: Ragge
         for j, i in enumerate(rows):
             pos, grades = test.positives[int(i)], test.grades[int(i)]
             inside = np.isin(pos, cand[j])
-            flat = test.positives.offsets[i] + np.flatnonzero(inside)
-            if inside.any():
-                pos_rows.append(pos[inside])
-                grade_rows.append(grades[inside])
-                where.append(flat)
-            else:
-                pos_rows.append([cand[j, 0]])
-                grade_rows.append([1.0])
-                where.append(np.array([-1]))
+            pos_rows.append(pos[inside])
+            grade_rows.append(grades[inside])
+            where.append(test.positives.offsets[i] + np.flatnonzero(inside))
         sub = dataclasses.replace(test.take(rows), positives=Ragged.from_rows(pos_rows),
                                   grades=Ragged.from_rows(grade_rows, dtype=np.float64), candidates=cand, exclude=None)
         res = evaluate(ranker, sub, pool, batch_size=batch_size, chunk_size=chunk_size, topk=topk,
-                       scorer=scorer, progress=progress)
-        flat = np.concatenate(where)
-        ok = flat >= 0
-        ranks[flat[ok]] = res.ranks.values[ok]
+                       scorer=scorer, progress=progress, unlabelled_rows=True)
+        flat = np.concatenate(where).astype(np.int64)
+        ranks[flat] = res.ranks.values
         w = res.topk_index.shape[1]
         top_idx[rows, :w], top_val[rows, :w] = res.topk_index, res.topk_score
     return ranks, top_idx, top_val

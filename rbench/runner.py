@@ -378,7 +378,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
 
     t0 = time.perf_counter()
     step = progress(f"fitting {plan.ranker}", 1)
-    ranker.fit(data)
+    ranker.fit(data.for_fit())  # a copy without the test labels: the runner keeps ``data``
     fit_s = time.perf_counter() - t0
     step(1)
     if world.launched:

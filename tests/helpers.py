@@ -52,6 +52,23 @@ class TableRanker(BaseRanker):
         return np.take_along_axis(self.table[rows], candidates, axis=1)
 
 
+def engine_scorer(ranker):
+    """A ranker's ``score`` as if it were the engine's own scorer (``harness_scores``): scanned
+    chunk by chunk and shard by shard like the dense path, for tests of the scan's mechanics (a
+    ranker's own ``score`` is scored over whole rows instead)."""
+
+    def score(queries: Queries, candidates: np.ndarray) -> np.ndarray:
+        return ranker.score(queries, candidates)
+
+    score.harness_scores = True
+    return score
+
+
+def table_scorer(table: np.ndarray):
+    """``engine_scorer`` of a ``TableRanker``."""
+    return engine_scorer(TableRanker(table))
+
+
 def with_downloads(monkeypatch, name: str, files) -> None:
     """Point built-in task ``name``'s download files at ``files`` (e.g. a loopback server)."""
     import dataclasses

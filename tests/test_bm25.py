@@ -195,9 +195,12 @@ def test_engine_ranks_planted_documents_first_in_a_large_pool():
     q = Queries(ids=q.ids, texts=q.texts, positives=Ragged.from_rows([[i] for i in planted] + [[0], [1]]),
                 grades=q.grades)
     ranker = BM25Ranker()
+    computed = []
+    full_scores = ranker._full_scores
+    ranker._full_scores = lambda batch: (batch.full is None and computed.append(len(batch.tokens))) or full_scores(batch)
     result = evaluate(ranker, q, pool, batch_size=4, chunk_size=30_000, topk=5)
     assert ranker.info["n_docs"] == n
-    assert ranker._batch.full is not None  # pool chunks were served from the batch's full scores
+    assert computed == [4, 1]  # pool chunks were served from each batch's full scores, computed once a batch
     assert [int(t[0]) for t in result.topk_index[: len(planted)]] == planted
     ranks = result.ranks.values
     assert list(ranks[: len(planted)]) == [1] * len(planted)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rbench.engine import _RunningTopK, _sparse_nonzero, evaluate, merge
-from tests.helpers import TableRanker, make_pool, make_queries
+from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 
 def _reference(table: np.ndarray, k: int, exclude=None, candidates=None) -> np.ndarray:
@@ -59,7 +59,7 @@ def test_top_k_zero_keeps_nothing_and_changes_no_rank():
     without = evaluate(TableRanker(table), queries, pool, chunk_size=64, topk=0)
     assert without.topk_index.shape == (30, 0) and without.topk_score.shape == (30, 0)
     np.testing.assert_array_equal(without.ranks.values, with_k.ranks.values)
-    parts = [evaluate(TableRanker(table), queries, pool, chunk_size=64, topk=0, pool_range=r)
+    parts = [evaluate(None, queries, pool, chunk_size=64, topk=0, pool_range=r, scorer=table_scorer(table))
              for r in ((0, 128), (128, 500))]
     merged = merge(parts)
     assert merged.topk_index.shape == (30, 0)

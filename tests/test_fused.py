@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rbench import fused
-from tests.helpers import TableRanker, assert_shards_merge, make_pool, make_queries
+from tests.helpers import TableRanker, assert_shards_merge, engine_scorer, make_pool, make_queries, table_scorer
 from tests.helpers import assert_same_eval as _check_same
 from tests.helpers import fused_and_reference as _both
 
@@ -152,8 +152,8 @@ def test_mixed_precision_chunks(monkeypatch):
     rng = np.random.default_rng(11)
     table = rng.standard_normal((5, 6000)) * 1e-3 + 1.0  # fp64 values fp32 cannot hold
     queries = make_queries([[i * 100] for i in range(5)])
-    _check_same(*_both(monkeypatch, _MixedRanker(table), queries, make_pool(6000), batch_size=5,
-                       chunk_size=1000, topk=100))
+    _check_same(*_both(monkeypatch, None, queries, make_pool(6000), scorer=engine_scorer(_MixedRanker(table)),
+                       batch_size=5, chunk_size=1000, topk=100))
 
 
 def test_dense_scorer_long_rows(monkeypatch):
@@ -177,7 +177,7 @@ def test_shards(monkeypatch):
     rng = np.random.default_rng(12)
     table = rng.standard_normal((6, 7000)).astype(np.float32)
     queries = make_queries([[i * 1000 + 3] for i in range(6)])
-    assert_shards_merge(monkeypatch, TableRanker(table), queries, make_pool(7000), ((0, 4096), (4096, 7000)),
+    assert_shards_merge(monkeypatch, None, queries, make_pool(7000), ((0, 4096), (4096, 7000)), scorer=table_scorer(table),
                         chunk_size=2048, topk=100)
 
 

@@ -9,7 +9,7 @@ from ir_measures import RR, R, nDCG
 
 from rbench.engine import evaluate
 from rbench.metrics import MEASURES, aggregate, per_query
-from tests.helpers import TableRanker, make_pool, make_queries
+from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 IRM = {"nDCG@10": nDCG @ 10, "RR": RR, "R@10": R @ 10, "R@100": R @ 100}
 
@@ -132,9 +132,9 @@ def test_shards_merge_exactly_into_the_single_scan():
     exclude = [[e for e in ex if e not in pos] for ex, pos in zip(exclude, positives)]
     q = make_queries(positives, exclude=exclude)
     pool = make_pool(n_pool)
-    whole = evaluate(TableRanker(table), q, pool, chunk_size=100, topk=20)
+    whole = evaluate(None, q, pool, chunk_size=100, topk=20, scorer=table_scorer(table))
     bounds = [0, 123, 400, 401, n_pool]
-    parts = [evaluate(TableRanker(table), q, pool, chunk_size=64, topk=20, pool_range=(a, b))
+    parts = [evaluate(None, q, pool, chunk_size=64, topk=20, pool_range=(a, b), scorer=table_scorer(table))
              for a, b in zip(bounds[:-1], bounds[1:])]
     merged = merge(parts)
     np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)

@@ -35,7 +35,7 @@ CODE_VERSION = "2"  # bump when training changes what a checkpoint contains
 
 
 class _ExcludedSets(Sequence):
-    """Per-query candidate sets (pool minus exclusions, or the query's own list), built lazily."""
+    """Per-query candidate sets (the pool minus the user's history, or the query's own list), built lazily."""
 
     def __init__(self, queries: Queries, pool_size: int) -> None:
         self.q, self.n = queries, pool_size
@@ -49,9 +49,8 @@ class _ExcludedSets(Sequence):
         if self.q.candidates is not None:
             return np.asarray(self.q.candidates[i], dtype=np.int64)
         keep = np.ones(self.n, dtype=bool)
-        if self.q.exclude is not None:
-            keep[self.q.exclude[i]] = False
-            keep[self.q.positives[i]] = True  # a positive is never excluded (api contract)
+        if self.q.history is not None:  # what the user has had: the input, the same for valid and test
+            keep[self.q.history[i]] = False  # (queries scored carry no ``exclude``: see Queries.unlabelled)
         return np.flatnonzero(keep)
 
 

@@ -26,8 +26,9 @@ Choices the paper leaves open, made here:
 - The average divides by (number of parts used + 1).
 - Partitions are random, seeded by (run seed, query id, width, round), so a query's result does
   not depend on its batch; ties in the elimination go to the lower pool index.
-- The query's candidate set is the pool minus the items its ranking excludes (they can never be
-  ranked, so they should not occupy survivor slots); E^(0) itself is conditioned on the whole
+- The query's candidate set is the pool minus the user's history (the items its ranking
+  excludes there; queries scored carry no exclusion list, so the history stands for it on valid
+  and test alike); E^(0) itself is conditioned on the whole
   pool's aggregation, computed once per pool (one clustering of a million-item pool, not one per
   query).
 - Selection (``select_width_depth``): every (k, d) of the grid on the validation split only, by

@@ -60,7 +60,7 @@ from rbench.api import Pool, Queries, TaskData
 from rbench.atomic import atomic_path, atomic_write_text
 from rbench.config import PresetOptions
 from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugins import FLOAT32_KERNELS, BaseRanker
 
 # Two CPU cores, ml-100k in about 20 minutes (see the module docstring and README).
 CPU_PRESET: dict[str, Any] = {
@@ -139,6 +139,8 @@ def _sha(*parts: Any) -> str:
 
 class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
+
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
 
     name = "tiger"
     transfers = True  # unseen items get IDs from the fitted quantiser (text embeddings)
@@ -323,10 +325,10 @@ class TigerRanker(BaseRanker):
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, default=str))
 
     def _valid_mrr(self, valid: Queries, pool: Pool) -> float:
-        from rbench.engine import evaluate
+        from rbench.engine import evaluate, ranker_scorer
 
         self._set_pool(pool, self._fit_tokens)
-        res = evaluate(self, valid, pool, scorer=self.score, topk=0)
+        res = evaluate(self, valid, pool, scorer=ranker_scorer(self), topk=0)
         if len(valid) == 0:
             return 0.0
         best = np.minimum.reduceat(res.ranks.values, res.ranks.offsets[:-1])  # each query's best positive
@@ -414,7 +416,7 @@ class TigerRanker(BaseRanker):
             return self._tree_scores(queries, self._trie)
         per_row = []  # per-query lists: a tree of the query's own candidates
         for i in range(len(queries)):
-            items = np.unique(np.concatenate([queries.candidates[i], queries.positives[i]]))
+            items = np.unique(queries.candidates[i])  # the list holds every candidate scored (the engine scores whole lists)
             s = self._tree_scores(queries.take(np.array([i])), Trie.build(self._tokens[items]))[0]
             per_row.append((items, s))
         return per_row
