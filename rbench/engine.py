@@ -500,6 +500,7 @@ def evaluate(
     scorer: Scorer | None = None,
     pool_range: tuple[int, int] | None = None,
     unlabelled_rows: bool = False,
+    verify: bool = True,
 ) -> EvalResult:
     """Rank ``pool`` (or each query's candidate list) for every query; exact positive ranks.
 
@@ -509,6 +510,8 @@ def evaluate(
     ``topk``: how many best candidates per query to keep (``EvalResult.topk_index``); 0 keeps none
     and skips that work (``rbench run`` asks for none). ``unlabelled_rows``: queries without a
     positive are ranked too (their top-k is kept; the two-stage path's lists without one).
+    ``verify=False`` skips the consistency check (``benchmarks/consistency_cost.py`` measures its
+    cost against it; the CLI and the Python API always check).
 
     Scores made by ranker code (its own ``score``; everything but the engine's dense scorer) are
     never asked for the positives alone: each query's whole candidate list (or the whole pool)
@@ -555,7 +558,7 @@ def evaluate(
         small = batch.candidates is not None and batch.candidates.shape[1] <= chunk_size
         if whole:  # every score from the calls over whole rows; the positives' read from them
             full = _whole_rows(scorer, batch, pool_range, chunk_size, name)
-            if not getattr(scorer, "set_dependent", False):
+            if verify and not getattr(scorer, "set_dependent", False):
                 t0 = time.perf_counter()
                 _verify(scorer, batch, full, pool_range, int(rows[0]), name, pool)
                 verify_s += time.perf_counter() - t0
