@@ -41,3 +41,26 @@ def folder_digests(folder: Path) -> dict[str, dict[str, int | str]]:
     folder = Path(folder)
     return {p.relative_to(folder).as_posix(): {"bytes": p.stat().st_size, "digest": file_digest(p)}
             for p in sorted(folder.rglob("*")) if p.is_file()}
+
+
+def source_digest(cls: type) -> str:
+    """sha256 of the Python source behind a ranker class, so a reviewer can tell which code gave a
+    surprising row: the class's module file, or, when the module sits in a subpackage of its
+    top-level package (``rankers.lranker.ranker``), every ``.py`` file of that subpackage (its
+    helpers change its numbers too). "" when the source is not on disk (a class built in a REPL)."""
+    import inspect
+    import sys
+
+    module = sys.modules.get(cls.__module__)
+    try:
+        path = Path(inspect.getsourcefile(cls) or "")
+    except (TypeError, OSError):
+        return ""
+    if not path.is_file():
+        return ""
+    package = (getattr(module, "__package__", None) or "").split(".")
+    files = sorted(path.parent.glob("*.py")) if len(package) > 1 else [path]
+    h = hashlib.sha256()
+    for f in files:
+        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()

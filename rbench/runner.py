@@ -42,6 +42,7 @@ from rbench.engine import (
     vector_scorer,
 )
 from rbench.errors import RBenchError, unknown
+from rbench.hashing import source_digest
 from rbench.metrics import MEASURES, aggregate, per_query
 from rbench.plugins import NoOptions, default_config, ranker_config, resolve_ranker
 from rbench.pools import Variant, parse_variant
@@ -408,6 +409,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         scenario=spec.scenario,
         task_fingerprint=data.fingerprint,
         ranker={"name": plan.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
+                "source_sha256": source_digest(type(ranker)),
                 **({"source": plan.ranker_source} if plan.ranker_source != "entry-point" else {}),
                 **({"label": ranker.label} if isinstance(getattr(ranker, "label", None), str) else {})},
         seed=plan.seed,

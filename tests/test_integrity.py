@@ -388,3 +388,21 @@ def test_fit_cannot_read_or_change_the_test_labels(how, honest_pop):
     assert ranker.seen_labels == (False, 0, None)
     assert rec.metrics == honest_pop.metrics
     assert honest_pop.metrics["RR"] < 0.1
+
+
+def test_records_carry_the_rankers_source_digest(honest_pop, tmp_path, monkeypatch):
+    """A reviewer can tell which code gave a row: the record holds the sha256 of the ranker's
+    source, and editing that source changes it."""
+    import importlib
+    import sys
+
+    from rbench.hashing import source_digest
+
+    assert honest_pop.ranker["source_sha256"] == source_digest(_FitRanker) != ""
+    module = tmp_path / "my_ranker.py"
+    module.write_text("class R:\n    name = 'r'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    first = source_digest(importlib.import_module("my_ranker").R)
+    module.write_text("class R:\n    name = 'r'  # edited\n")
+    del sys.modules["my_ranker"]
+    assert source_digest(importlib.import_module("my_ranker").R) != first
