@@ -40,11 +40,12 @@ The first call for a query batch that needs many candidates computes that batch'
 the whole pool once (n_queries x N float32) and later calls for the same ``Queries`` object
 slice it, so memory is bounded by batch x pool (256 queries x 10^6 documents: 1 GB; lower the
 engine's batch size for larger pools); the last batch's scores are kept until the next batch or
-``index`` call. Small candidate sets (the per-query 20-item lists, the engine's positives) are
+``index`` call. Small candidate sets (the per-query 20-item lists, the engine's check samples) are
 scored directly from the postings (binary search per term), without touching the other N
 documents. Both paths add the same float32 terms in the same order,
 so a (query, document) pair gets bit-identical scores whichever path or call produced it — the
-engine compares positives' scores with chunk scores, so this matters for exact ranks.
+engine's consistency check re-scores a sample of candidates in a small call and requires exactly
+that.
 """
 
 from __future__ import annotations

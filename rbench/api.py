@@ -421,6 +421,14 @@ class Ranker(Protocol):
     ``score(queries, candidates)``: ``candidates`` is either a 1-D array of pool indices shared by
     all queries (returns shape (n_queries, len(candidates))) or a 2-D array with one row of pool
     indices per query (returns the same shape). Scores must be finite; higher is better.
+
+    What a ranker sees (docs/contract.md): ``fit`` gets ``TaskData.for_fit`` (train/valid with
+    labels, the evaluated split ``Queries.unlabelled``, private read-only copies); ``index`` gets
+    ``Pool.for_ranker``; ``score`` gets each batch's ``Queries.unlabelled`` and a read-only copy of
+    ``candidates``. Optional class attributes: ``set_dependent = True`` (scores depend on which
+    candidates share the call: the engine scores each query's whole list in one call) and
+    ``score_tolerance`` (relative; how far one pair's scores from two calls may differ, else 0:
+    the engine's consistency check compares them bit for bit).
     """
 
     name: str
