@@ -524,7 +524,7 @@ def evaluate(
     if pool_range is not None and queries.candidates is not None:
         raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
     pool_range = pool_range or (0, len(pool))
-    timings: dict[str, float] = {"compile_s": getattr(fused, "warmup", lambda: 0.0)()}  # the JIT's first compile: not the ranker's cost
+    timings: dict[str, float] = {"compile_s": fused.warmup()}  # the JIT's first compile: not the ranker's cost
     own_scorer = scorer is None  # made here: its memory is released at the end
     if scorer is None:
         scorer, made = make_scorer(ranker, pool)

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import os
 import threading
+import time
 from functools import cache
 from typing import Any
 
@@ -151,6 +152,17 @@ def keep_buffer(buf: np.ndarray | None) -> None:
             _SPARES["buffer"] = buf
 
 
+def _writable(x: Any, dtype: Any) -> np.ndarray:
+    """x as a C-contiguous, writable base ndarray of dtype (copied only when it is not one already).
+    Why writable: numba compiles a read-only array as another type, so a ranker's read-only query
+    vectors or positives' scores would compile a kernel afresh in the middle of a timed
+    evaluation (``warmup`` compiles the writable types). These inputs are small (batch x d, batch
+    x positives) or a gathered copy already (``pair_dots``' g): a copy, when one is made, costs
+    nothing. (The candidates ``pack`` reads may be a read-only memory map as large as the pool:
+    ``warmup`` compiles that type too rather than copy them.)"""
+    return np.require(x, dtype=dtype, requirements=("C", "W", "E"))
+
+
 def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
          equal: np.ndarray, finite: np.ndarray, top: TopK, more: bool = True) -> None:
     """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``). Adds to ``higher``/``equal``
@@ -159,7 +171,7 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
     ``finite`` (B) how many are not -inf (when ``count_finite``), and adds the chunk's candidates
     to ``top``. ``more``: whether later chunks follow for these rows (if not, the top-k is
     sorted in the same visit, while each row's buffer is in cache)."""
-    thr = np.ascontiguousarray(thr, dtype=s.dtype)
+    thr = _writable(thr, s.dtype)
     if s.dtype == np.float64:
         top.wide = True
     elif top.wide:  # a threshold taken from fp64 scores may not be an fp32 value: compare in
@@ -214,7 +226,7 @@ def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out (B x C, C-contiguous fp32) = q (B x d) @ the packed candidates' transpose."""
     kernels = _gemm_kernels()
     with _LOCK:
-        kernels.gemm(np.ascontiguousarray(q, dtype=np.float32), packed, out, _kernels().threads())
+        kernels.gemm(_writable(q, np.float32), packed, out, _kernels().threads())
     return out
 
 
@@ -222,8 +234,7 @@ def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
     """out[b, j] = q[b] . g[b, j] (q: B x d, g: B x m x d), the same bits as ``gemm`` for the pair."""
     out = np.empty(g.shape[:2], dtype=np.float32)
     with _LOCK:
-        _gemm_kernels().pair_dots(np.ascontiguousarray(q, dtype=np.float32),
-                                  np.ascontiguousarray(g, dtype=np.float32), out)
+        _gemm_kernels().pair_dots(_writable(q, np.float32), _writable(g, np.float32), out)
     return out
 
 
@@ -242,8 +253,8 @@ def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.nd
     if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
         top.blocks = _gemm_kernels().aligned_empty((n_threads, size))
     with _LOCK:
-        kernels.gemm_scan(np.ascontiguousarray(q, dtype=np.float32), packed, int(n_cols), int(a),
-                          np.ascontiguousarray(thr, dtype=np.float32), pos, ex_off, ex_col, bool(count_finite),
+        kernels.gemm_scan(_writable(q, np.float32), packed, int(n_cols), int(a),
+                          _writable(thr, np.float32), pos, ex_off, ex_col, bool(count_finite),
                           higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict,
                           bool(more), top.out_v, top.out_i, top.blocks, n_threads)
     top.done = top.k > 0 and not more
@@ -258,3 +269,111 @@ def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
                            kernels.threads())
         top.done = True
     return top.out_i, top.out_v
+
+
+# ---------------------------------------------------------------------------------------------
+# warm-up: the kernels compiled before an evaluation is timed
+# ---------------------------------------------------------------------------------------------
+# numba compiles each kernel on first use, per signature (its argument types: dtypes, dimensions,
+# layout, read-only or not): ~100 s on this 2-core machine with an empty cache (``warmup``, all of
+# them), 0.25 s from numba's on-disk cache, numba's import included.
+# Timed inside an evaluation, that made a popularity run's 0.3 ms a query read 45 ms. ``warmup``
+# runs every signature the engine calls on tiny inputs, through the same wrappers as the engine
+# (so the same argument types), before the engine starts its clock; tests/test_compile_time.py
+# checks that an evaluation afterwards compiles nothing.
+
+_WARM: set[str] = set()  # the groups of kernels warmed in this process
+_WARM_LOCK = threading.Lock()
+_WARM_DIM = 8  # the tiny inputs' vector length (any d > 0 compiles the same signatures)
+
+
+def warmup() -> float:
+    """Compile (or load from numba's cache) every kernel signature the engine may call, once per
+    process; returns the seconds it took (0.0 when nothing was left to do: later calls cost a
+    lock and a set lookup). The engine calls it before timing an evaluation and records the
+    seconds as ``compile_s``, so that ``score_s`` is the ranker's cost, not the JIT's.
+
+    It follows the switches as the engine reads them: the fused scan only when ``enabled()``,
+    rbench's GEMM only when ``own_gemm`` (independent of ``RBENCH_FUSED``), their fusion when
+    both; numba not installed: nothing. A switch turned on later is warmed by the next call."""
+    with _WARM_LOCK:
+        todo = [name for name, wanted in _groups() if wanted and name not in _WARM]
+        if not todo:
+            return 0.0
+        t0 = time.perf_counter()
+        for name in todo:
+            _WARMUPS[name]()
+            _WARM.add(name)
+        return time.perf_counter() - t0
+
+
+def _groups() -> list[tuple[str, bool]]:
+    """(group, whether the engine would call it now), in the order they are warmed."""
+    scan_on = enabled()
+    gemm_on = own_gemm(_WARM_DIM)
+    return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on)]
+
+
+def _tiny_counts(n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's per-batch arguments for n_rows rows and one positive each: (scores of the
+    positives' column 0 stand-in, positives, higher, equal, finite), typed as the engine's."""
+    pos = np.zeros((n_rows, 1), dtype=np.int64)
+    higher = np.zeros((n_rows, 1), dtype=np.int64)
+    equal = np.zeros((n_rows, 1), dtype=np.int64)
+    return np.zeros((n_rows, 1)), pos, higher, equal, np.zeros(n_rows, dtype=np.int64)
+
+
+def _warm_scan() -> None:
+    """``scan`` in both score precisions (a ranker's fp32 / fp64 scores; fp32 after fp64 is
+    scanned in fp64), without and with a top-k, over two chunks (the second the last, which
+    sorts), and ``finish``. The flags (exclusions, ``more``) and k are values, not types: one
+    compilation serves them all, but each is run once here all the same."""
+    for dtype in (np.float32, np.float64):
+        for k in (0, 3):
+            s = np.arange(16, dtype=dtype).reshape(2, 8)
+            thr, pos, higher, equal, finite = _tiny_counts(2)
+            top = TopK(2, k)
+            scan(s, 0, thr, pos, True, higher, equal, finite, top, more=True)
+            scan(s.copy(), 8, thr, pos, False, higher, equal, finite, top, more=False)
+            top = TopK(2, k)
+            scan(s, 0, thr, pos, False, higher, equal, finite, top, more=True)
+            if k:
+                finish(top)
+
+
+def _tiny_packed(e: np.ndarray) -> np.ndarray:
+    """e packed into a buffer of its own (``pack`` without one would take the spare buffer an
+    evaluation left for the next)."""
+    kernels = _gemm_kernels()
+    return pack(e, np.empty(kernels.n_panels(len(e)) * e.shape[1] * kernels.NR, dtype=np.float32))
+
+
+def _warm_gemm() -> None:
+    """``pack`` (writable candidates, and read-only ones: a memory-mapped embedding matrix is
+    packed straight from its pages), ``gemm`` and ``pair_dots`` (per-query lists, positives)."""
+    e = np.ones((20, _WARM_DIM), dtype=np.float32)
+    frozen = e.copy()
+    frozen.flags.writeable = False
+    _tiny_packed(frozen)
+    packed = _tiny_packed(e)
+    q = np.ones((2, _WARM_DIM), dtype=np.float32)
+    gemm(q, packed, np.empty((2, len(e)), dtype=np.float32))
+    pair_dots(q, np.ones((2, 3, _WARM_DIM), dtype=np.float32))
+
+
+def _warm_gemm_scan() -> None:
+    """``gemm_scan`` without and with a top-k, with and without exclusions, over two parts."""
+    e = np.ones((20, _WARM_DIM), dtype=np.float32)
+    packed = _tiny_packed(e)
+    q = np.ones((2, _WARM_DIM), dtype=np.float32)
+    no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
+    for k in (0, 3):
+        thr, pos, higher, equal, finite = _tiny_counts(2)
+        top = TopK(2, k)
+        gemm_scan(q, packed, len(e), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
+        gemm_scan(q, packed, len(e), len(e), thr, pos, ex_off, ex_col, True, higher, equal, finite, top,
+                  more=False)
+
+
+_WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan}

@@ -233,6 +233,12 @@ def _target_size(task: str) -> Size | None:
 
 
 def _measured(rec: Any) -> tuple[float, float, Size]:
+    """A record's (fit seconds, scoring seconds, size). A record's ``score_s`` leaves out the
+    JIT: the numba kernels' first compilation (``rbench.fused.warmup``: ~100 s with numba's cache
+    empty) runs before the timer and is stored apart as ``timings.compile_s``, so an estimate is
+    about the ranker. Records written before ``compile_s`` was recorded lack it, and their
+    ``score_s`` may include that compilation (overstating a cheap ranker's cost by up to a
+    minute or so); they are used as they are."""
     info = rec.task_info
     pool = int(info.get("mean_ranked") or info.get("pool_size") or 1)
     size = Size(int(info.get("n_train", 0)) + int(info.get("n_valid", 0)), int(rec.n_queries), max(pool, 1),
