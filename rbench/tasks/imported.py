@@ -21,6 +21,14 @@ Choices written down:
 - Positives are the judgements with score > 0, their score kept as the graded-relevance gain;
   score <= 0 judgements are read, validated and otherwise ignored. Queries without a positive are
   not evaluated (they are counted in ``TaskData.info``).
+- Pool order: the corpus is read in file order, and a corpus is often written query by query
+  (each query's judged documents together), so a document's place would say which query it
+  answers. The pool is laid out in the hashed order of ``rbench.tasks.kit`` (module doc, "Pool
+  order": by sha256 of the corpus id), and each ``candidates.jsonl`` list in that pool order, so
+  neither a candidate's position nor its column in a list tells which query it answers or
+  whether it is the positive (a list file that puts the positive first is common). Corpus ids
+  are the user's own: an id spelled after its query ("q12_p3") would still tell, and is the
+  data's to avoid.
 - Without a ``split`` field the evaluated queries are split 8:1:1 (train/valid/test) by
   ``rbench.tasks.kit.split_labels``, seeded by the run seed. An unknown id in qrels or candidates is an
   error naming the file, line and field, never a silently dropped judgement.

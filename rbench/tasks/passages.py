@@ -45,6 +45,12 @@ Choices written down (both tasks unless said):
    all). A judgement with an unknown qid/pid is an error, except grade <= 0 judgements of a pid
    missing from the collection (a collection cut down to the judged-relevant passages), which
    are counted in ``info`` and skipped.
+7. Pool order: the pool is gathered query by query (every passage of each sampled query, or the
+   positive of each), and a collection file may be written that way too, so a candidate's place
+   would say which query it answers. Every layout's pool is therefore laid out in the hashed
+   order of ``rbench.tasks.kit`` (module doc, "Pool order"): by sha256 of the candidate id, not
+   by query. Candidate ids are the source's own (ESCI ``product_id``, the collection's pid) or,
+   for v1.1 passages, a hash of the text (rule 4): none is derived from a query.
 """
 
 from __future__ import annotations

@@ -24,9 +24,14 @@ Choices written down:
    when one is given (GraphRouter orders LLMs by its description JSON), else first appearance in
    the CSV. Candidate text = ``"<name>: <feature>"`` from the description file
    (``candidate_models.json`` or GraphRouter's ``LLM_Descriptions.json``: name -> {"feature": ...}),
-   else the name. Every LLM of the CSV must have a description when the file is present.
+   else the name. Every LLM of the CSV must have a description when the file is present. This
+   order is kept (``assemble``'s ``pool_order="given"``, not the hashed order of the other
+   families): it is one list of LLMs, the same for every query (each query is answered by every
+   LLM), so a candidate's position says which LLM it is, as its id does, and nothing about which
+   query it answers or which LLM is best for that query.
 5. A query is a (task_id, query) pair. Each query's candidate list (``Queries.candidates``) is the
-   LLMs with a row for it, in candidate order; all queries must have the same number (else a
+   LLMs with a row for it, in candidate order (so every list is the same and a column names an
+   LLM, never the query's positive); all queries must have the same number (else a
    DataError naming the first query that differs), and an LLM twice for one query is an error.
    Query ids: the ``query_idx`` (or ``query_id``) column when it is one-to-one with queries, else
    ``q`` + 12 hex of sha1(task_id, query).
@@ -323,7 +328,7 @@ def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) 
             "positives_per_llm": {names[i]: int(c) for i, c in enumerate(share)}, "seed": seed}
     if len(set(table.ids.tolist())) != nq:
         raise RBenchError("internal: query ids are not unique")
-    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),))
+    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),), pool_order="given")
     effect_q, cost_q = rows.effect[order].reshape(nq, m)[canon], cost[order].reshape(nq, m)[canon]
     task_q = np.asarray([qkeys[q][0] for q in canon], dtype=object)
     for split, queries in ((0, data.train), (1, data.valid)):  # never the test split (choice 7)
