@@ -702,12 +702,20 @@ def _whole_row_batch(scorer: Scorer, queries: Queries, pool: Pool, pool_range: t
     if queries.candidates is None and pool_range != (0, len(pool)):
         raise ValueError(f"pool_range: ranker {name!r} scores with its own score(), whose positives are read "
                          "from whole rows; only the engine's dense scores are scanned shard by shard")
-    if getattr(scorer, "set_dependent", False) and queries.candidates is None and width > chunk_size:
+    if queries.candidates is None:
+        require_one_call(name, bool(getattr(scorer, "set_dependent", False)), width, chunk_size)
+    return max(1, min(batch_size, _ROW_BYTES // (8 * max(1, width))))
+
+
+def require_one_call(name: str, set_dependent: bool, width: int, chunk_size: int) -> None:
+    """A set-dependent ranker's shared pool must fit in one call (``--chunk-size``); else one
+    line naming the ranker and the alternative. (The runner asks before fitting, the engine
+    again before scoring.)"""
+    if set_dependent and width > chunk_size:
         raise RBenchError(f"ranker {name!r} declares set-dependent scores (set_dependent = True), so each "
                           f"query's candidates are scored in one call; the pool of {width:,} candidates is "
                           f"more than one call of {chunk_size:,} (--chunk-size): rerank a first stage's "
                           "top-N instead (--rerank-from bm25 --rerank-depth 100)")
-    return max(1, min(batch_size, _ROW_BYTES // (8 * max(1, width))))
 
 
 def _whole_rows(scorer: Scorer, batch: Queries, pool_range: tuple[int, int], chunk_size: int,

@@ -39,6 +39,7 @@ from rbench.engine import (
     encode_queries,
     evaluate,
     is_embedding_ranker,
+    require_one_call,
     vector_scorer,
 )
 from rbench.errors import RBenchError, unknown
@@ -377,6 +378,8 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         if kept is not None:
             return kept
 
+    if plan.rerank is None and data.test.candidates is None:  # refused before the fit, not after
+        require_one_call(plan.ranker, bool(getattr(ranker, "set_dependent", False)), len(data.pool), plan.chunk_size)
     view = data.for_fit()  # a copy without the test labels (the runner keeps ``data``), made before the timer
     t0 = time.perf_counter()
     step = progress(f"fitting {plan.ranker}", 1)

@@ -406,3 +406,55 @@ def test_records_carry_the_rankers_source_digest(honest_pop, tmp_path, monkeypat
     module.write_text("class R:\n    name = 'r'  # edited\n")
     del sys.modules["my_ranker"]
     assert source_digest(importlib.import_module("my_ranker").R) != first
+
+
+_PLUGIN = '''
+import numpy as np
+
+class Softmax:
+    name, version, config = "listwise", "1", {}
+    set_dependent = {declared}
+
+    def __init__(self, config=None, context=None):
+        self.counts = None
+
+    def fit(self, task):
+        self.counts = np.bincount(task.train.positives.values, minlength=len(task.pool)).astype(float)
+
+    def index(self, pool):
+        pass
+
+    def score(self, queries, candidates):
+        z = np.broadcast_to(self.counts[candidates], (len(queries), candidates.shape[-1]))
+        e = np.exp((z - z.max(axis=1, keepdims=True)) / 10.0)
+        return e / e.sum(axis=1, keepdims=True)
+'''
+
+
+@pytest.mark.parametrize("declared", [True, False])
+def test_the_cli_refuses_in_one_line_and_writes_nothing(declared, tmp_path, capsys):
+    """A declared set-dependent ranker on a pool above one call, and an undeclared one on any
+    pool: exit 2, one line naming the ranker and what to do, no RunRecord."""
+    from tests.helpers import cli, one_line
+
+    plugin = tmp_path / "listwise.py"
+    plugin.write_text(_PLUGIN.replace("{declared}", str(declared)))
+    out = tmp_path / "results"
+    code, _, err = cli(capsys, "run", "-r", f"{plugin}:Softmax", "-t", "ml-100k", "--max-queries", "30",
+                       "--chunk-size", "1000", "--results-dir", str(out), "-q")
+    assert code == 2
+    line = one_line(err)
+    assert "listwise" in line
+    assert ("--rerank-from" in line) if declared else ("set_dependent = True" in line)
+    assert not list(out.rglob("*.json"))
+
+
+def test_a_declared_set_dependent_ranker_is_refused_before_it_fits(tmp_path, capsys):
+    from tests.helpers import cli, one_line
+
+    plugin = tmp_path / "listwise.py"
+    plugin.write_text(_PLUGIN.replace("{declared}", "True").replace(
+        "    def fit(self, task):\n", "    def fit(self, task):\n        raise AssertionError('fitted')\n"))
+    code, _, err = cli(capsys, "run", "-r", f"{plugin}:Softmax", "-t", "ml-100k", "--max-queries", "30",
+                       "--chunk-size", "1000", "--no-write", "-q")
+    assert code == 2 and "--rerank-from" in one_line(err)

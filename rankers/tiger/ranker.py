@@ -141,6 +141,10 @@ class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
 
     score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    # a per-query list is decoded through a code tree of that list's items (and beam mode, above
+    # exact_max_items, prunes by the others), so a candidate's score may depend on the others in
+    # the call: the engine scores each query's whole list in one call
+    set_dependent = True
 
     name = "tiger"
     transfers = True  # unseen items get IDs from the fitted quantiser (text embeddings)
