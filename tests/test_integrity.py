@@ -458,3 +458,49 @@ def test_a_declared_set_dependent_ranker_is_refused_before_it_fits(tmp_path, cap
     code, _, err = cli(capsys, "run", "-r", f"{plugin}:Softmax", "-t", "ml-100k", "--max-queries", "30",
                        "--chunk-size", "1000", "--no-write", "-q")
     assert code == 2 and "--rerank-from" in one_line(err)
+
+
+def _reachable(roots: list) -> list:
+    """Every object reachable from ``roots`` through references (modules, classes and functions
+    not followed: they lead to the whole program, not to what the harness handed over)."""
+    import gc
+    import types
+
+    seen: dict[int, object] = {}
+    todo = list(roots)
+    while todo:
+        obj = todo.pop()
+        if id(obj) in seen or isinstance(obj, (types.ModuleType, type, types.FunctionType, types.BuiltinFunctionType)):
+            continue
+        seen[id(obj)] = obj
+        todo.extend(gc.get_referents(obj))
+    return list(seen.values())
+
+
+def test_nothing_handed_to_a_ranker_reaches_the_evaluated_labels():
+    """Field by field and through every reference: from what fit, index and score receive, no
+    object leads to the harness's evaluated queries or shares memory with their labels,
+    exclusions or candidate lists."""
+    from rbench.api import TaskData, TaskSpec
+
+    queries, pool = _shared_task()
+    lists, _ = _list_task()
+    spec = TaskSpec(name="t", title="t", scenario="large", domain="generic", description="", paper_candidates=None,
+                    paper_queries=None, sources=(), license="", how_to_get="")
+    for test in (queries, lists):
+        data = TaskData(spec=spec, pool=pool, train=make_queries([[1]]), valid=make_queries([[2]]), test=test)
+        ranker = Recorder(_table())
+        evaluate(ranker, test, pool, batch_size=16)
+        handed = [data.for_fit(), *ranker.views, *(c for _, c in ranker.calls)]
+        secrets = [a for a in (test.positives.values, test.positives.offsets, test.grades.values,
+                               test.exclude.values if test.exclude is not None else None, test.candidates,
+                               test.ids) if a is not None]
+        for obj in _reachable(handed):
+            assert obj is not test and obj is not data.test
+            if isinstance(obj, np.ndarray):
+                for secret in secrets:
+                    assert not np.shares_memory(obj, secret)
+        view = data.for_fit().test
+        for name in ("positives", "grades"):
+            assert len(getattr(view, name).values) == 0, name
+        assert view.exclude is None and view.meta == {} and not view.labelled
