@@ -504,3 +504,15 @@ def test_nothing_handed_to_a_ranker_reaches_the_evaluated_labels():
         for name in ("positives", "grades"):
             assert len(getattr(view, name).values) == 0, name
         assert view.exclude is None and view.meta == {} and not view.labelled
+
+
+def test_the_checked_batches_are_fixed_and_few():
+    """Batches 0, 15, 255, 4095: about log16(n) + 1 checks (the check's cost stays under 2%)."""
+    from rbench.engine import _checked
+
+    assert [b for b in range(70_000) if _checked(b)] == [0, 15, 255, 4095, 65535]
+    ranker = Recorder(_table())
+    queries, pool = _shared_task()
+    evaluate(ranker, queries, pool, batch_size=2)  # 30 batches: the first and the 16th are checked
+    narrow = [ids for ids, cand in ranker.calls if cand.shape[-1] < N_POOL]
+    assert len(narrow) == 2 and narrow[0][0] in ("q0", "q1") and narrow[1][0] in ("q30", "q31")
