@@ -89,6 +89,11 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
                       max_queries=max_queries, seed=seed, results_dir=results_dir, rerank_from=rerank_from,
                       rerank_depth=rerank_depth, force=force, topk=topk, overwrite=overwrite)
     rec = out.record
+    if out.skipped:  # say so, as the CLI does: the numbers come from an earlier run
+        import warnings
+
+        warnings.warn(f"rbench: kept the existing RunRecord {out.path} ({out.skipped}); "
+                      "overwrite='always' runs it again", stacklevel=2)
     if rec.per_query is None and out.path is not None:  # a record kept as it was: read its file
         rec.per_query = read_per_query(out.path, rec)
     return rec

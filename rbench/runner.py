@@ -374,7 +374,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     step(1)
     if plan.write and world.main and plan.overwrite != "always":
         kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint,
-                         data.info.get("source_fingerprint"))
+                         data.info.get("source_fingerprint"), ranker)
         if kept is not None:
             return kept
 
@@ -479,10 +479,12 @@ def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int 
 
 
 def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
-              source_fingerprint: str | None = None) -> RunOutcome | None:
+              source_fingerprint: str | None = None, ranker: Any = None) -> RunOutcome | None:
     """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
-    (``never``: whenever it exists; ``only-missing``: when its effective config, task fingerprint
-    (and a transfer's source fingerprint) and rbench version are this run's); None: run."""
+    (``never``: whenever it exists; ``only-missing``: when the ranker's version, source digest
+    and effective config, the task fingerprint (and a transfer's source fingerprint) and the
+    rbench version are this run's: a record written before the digest was recorded is run
+    again); None: run."""
     import rbench
 
     path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
@@ -496,6 +498,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     except RBenchError:
         return None  # a damaged record is replaced
     same = (rec.task_fingerprint == fingerprint and rec.rbench_version == rbench.__version__
+            and _same_ranker(rec.ranker, ranker)
             and rec.task_info.get("source_fingerprint") == source_fingerprint
             and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
             # what this run would add and the record lacks (a run file, an ANN measurement): run
@@ -504,6 +507,16 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
 
     return RunOutcome(record=rec, path=path, per_query={},
                       skipped="same config, data and rbench version (--overwrite only-missing)") if same else None
+
+
+def _same_ranker(recorded: dict[str, Any], ranker: Any) -> bool:
+    """Whether a record's ranker is this one: the same version, source digest and effective
+    config (a changed default changes the config but not its diff from the defaults)."""
+    if ranker is None:
+        return True
+    return (str(recorded.get("version", "")) == str(getattr(ranker, "version", ""))
+            and recorded.get("source_sha256") == source_digest(type(ranker))
+            and _canonical_json(plain_config(recorded.get("config") or {})) == _canonical_json(plain_config(ranker.config)))
 
 
 def _canonical_json(value: Any) -> str:

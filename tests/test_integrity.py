@@ -516,3 +516,48 @@ def test_the_checked_batches_are_fixed_and_few():
     evaluate(ranker, queries, pool, batch_size=2)  # 30 batches: the first and the 16th are checked
     narrow = [ids for ids, cand in ranker.calls if cand.shape[-1] < N_POOL]
     assert len(narrow) == 2 and narrow[0][0] in ("q0", "q1") and narrow[1][0] in ("q30", "q31")
+
+
+class _Versioned:
+    """A popularity ranker whose version 2 reverses its scores."""
+
+    name = "versioned"
+
+    def __init__(self, version: str = "1") -> None:
+        self.version = version
+
+    @property
+    def config(self):
+        return {}
+
+    def fit(self, task):
+        self.counts = np.bincount(task.train.positives.values, minlength=len(task.pool)).astype(float)
+
+    def index(self, pool):
+        return None
+
+    def score(self, queries, candidates):
+        c = self.counts[candidates] * (1 if self.version == "1" else -1)
+        return np.broadcast_to(c, (len(queries), len(candidates))).copy() if candidates.ndim == 1 else c
+
+
+def test_a_changed_ranker_never_gets_an_old_record(tmp_path, monkeypatch):
+    """only-missing keeps a record only for the same ranker version, source and effective config,
+    and says so from Python too."""
+    import warnings
+
+    import rbench
+    from rbench import runner
+
+    first = rbench.evaluate(_Versioned("1"), "ml-100k", max_queries=60, results_dir=tmp_path)
+    with pytest.warns(UserWarning, match="kept the existing RunRecord"):
+        again = rbench.evaluate(_Versioned("1"), "ml-100k", max_queries=60, results_dir=tmp_path)
+    assert again.metrics == first.metrics
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a re-run, not a kept record
+        second = rbench.evaluate(_Versioned("2"), "ml-100k", max_queries=60, results_dir=tmp_path)
+    assert second.metrics["RR"] < first.metrics["RR"]
+    monkeypatch.setattr(runner, "source_digest", lambda cls: "edited")  # the same version, other code
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        rbench.evaluate(_Versioned("2"), "ml-100k", max_queries=60, results_dir=tmp_path)
