@@ -114,28 +114,13 @@ def synthetic_arrays(n_q: int, n_pool: int, dim: int) -> tuple[np.ndarray, np.nd
     return make(n_pool), make(n_q)
 
 
-class _NoTexts:
-    def __init__(self, n: int) -> None:
-        self.n = n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, i: int) -> str:
-        return ""
-
-
 def synthetic_task(n_q: int, n_pool: int) -> tuple[Any, Any]:
-    """A shared pool of ``n_pool`` candidates and ``n_q`` queries with one random positive each."""
-    from rbench.api import Pool, Queries, Ragged
+    """A shared pool of ``n_pool`` candidates and ``n_q`` queries with one random positive each
+    (engine_scale's setup: the same task as the engine benchmark)."""
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from engine_scale import _setup
 
-    rng = np.random.default_rng(1)
-    pool = Pool(ids=np.arange(n_pool).astype(str).astype(object), texts=_NoTexts(n_pool), name="synthetic",
-                fingerprint=f"synthetic-{n_pool}")
-    offs = np.arange(n_q + 1, dtype=np.int64)
-    queries = Queries(ids=np.array([f"q{i}" for i in range(n_q)], dtype=object), texts=[""] * n_q,
-                      positives=Ragged(offs, rng.integers(0, n_pool, n_q)), grades=Ragged(offs.copy(), np.ones(n_q)))
-    return pool, queries
+    return _setup(n_pool, n_q, None)
 
 
 def self_test(ranker: VectorScoreRanker, queries: Any, n_pool: int) -> int:
