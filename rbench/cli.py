@@ -13,30 +13,27 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     MofNCompleteColumn,
     Progress,
-    TextColumn,
     TimeElapsedColumn,
     TimeRemainingColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
+from rbench.console import console, description_column, styled
 from rbench.errors import RBenchError, write_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
-# pipes and CI logs get a wide fixed width instead of rich's 80-column default
-out = Console() if sys.stdout.isatty() else Console(width=160)
-err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+out, err = console(), console(stderr=True)  # user text printed as it is (rbench.console)
 
 
 def _progress_factory(enabled: bool):
     """A Progress-reporting callback factory for ``rbench.runner.run``."""
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+    progress = Progress(description_column(), BarColumn(), MofNCompleteColumn(),
                         TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
                         disable=not enabled)
 
@@ -76,14 +73,14 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-
     for r in rows:
         cand = f"{r['paper_candidates']:,}" if r["paper_candidates"] else "–"
         nq = f"{r['paper_queries']:,}" if r["paper_queries"] else "–"
-        data = "[green]present[/green]" if r["data_present"] else "[yellow]missing[/yellow]"
+        data = Text("present", style="green") if r["data_present"] else Text("missing", style="yellow")
         if not r["data_present"]:
             missing.append(r)
         prep = f"{r['prepared_pool']:,} / {r['prepared_queries']:,}" if r["prepared_pool"] is not None else "–"
         table.add_row(r["name"], r["scenario"], r["domain"], cand, nq, prep, data)
     out.print(table)
     for r in missing:
-        out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['data'])}", soft_wrap=True)
+        out.print(styled((str(r["name"]), "yellow"), f": {r['data']}"), soft_wrap=True)
 
 
 def _protocol_doc(spec) -> str:
@@ -117,15 +114,15 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
         table.add_column(col)
     for r in rows:
         if not r["available"]:
-            table.add_row(r["name"], "", "", "", f"[yellow]{escape(r['error'])}[/yellow]")
+            table.add_row(r["name"], "", "", "", Text(str(r["error"]), style="yellow"))
             continue
         opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"])
         table.add_row(r["name"], str(r["version"]), ", ".join(r["domains"]), opts, r["description"])
     out.print(table)
     for r in rows:  # presets (--set model=NAME) with the prompts they use
         for preset, spec in (r.get("presets") or {}).items():
-            out.print(f"[bold]{escape(r['name'])}[/bold] preset [cyan]{escape(preset)}[/cyan]: "
-                      + escape(", ".join(f"{k}={v!r}" for k, v in spec.items())))
+            out.print(styled((str(r["name"]), "bold"), " preset ", (preset, "cyan"),
+                             ": " + ", ".join(f"{k}={v!r}" for k, v in spec.items())))
 
 
 @app.command("run")
@@ -197,7 +194,7 @@ def run_cmd(
             summary.add_column(col, justify="left" if col in ("ranker", "task", "status") else "right")
         for o in done:
             r = o.record
-            summary.add_row(escape(r.label), escape(r.column), f"{100 * r.metrics['nDCG@10']:.2f}",
+            summary.add_row(r.label, r.column, f"{100 * r.metrics['nDCG@10']:.2f}",
                             f"{100 * r.metrics['RR']:.2f}", f"{r.n_queries:,}",
                             "kept" if o.skipped else ("written" if o.path is not None else "not written"))
         out.print(summary)
@@ -207,7 +204,7 @@ def _report(outcome: Any) -> None:
     """One run's metrics, timings and where its record went (or why an existing one was kept)."""
     rec = outcome.record
     if outcome.skipped:
-        out.print(f"skipped {escape(rec.label)} on {escape(rec.column)}: {outcome.path} kept, {outcome.skipped} "
+        out.print(f"skipped {rec.label} on {rec.column}: {outcome.path} kept, {outcome.skipped} "
                   f"(nDCG@10 {100 * rec.metrics['nDCG@10']:.2f}, MRR {100 * rec.metrics['RR']:.2f}; "
                   "--overwrite always to run it again)")
         return
@@ -377,7 +374,7 @@ def reproduce_cmd(
         for col in ("name", "paper", "kind", "title", "runs cpu", "runs paper"):
             table.add_column(col)
         for name, r in reproduce.recipes().items():
-            table.add_row(name, r.paper, r.kind, escape(r.title), str(len(reproduce.plan(r, "cpu"))),
+            table.add_row(name, r.paper, r.kind, r.title, str(len(reproduce.plan(r, "cpu"))),
                           str(len(reproduce.plan(r, "paper"))))
         out.print(table)
         return
@@ -390,7 +387,7 @@ def reproduce_cmd(
         for col in ("ranker", "task", "variant", "max_queries", "data", "estimate"):
             table.add_column(col, overflow="fold")
         for row in rows:
-            table.add_row(*[escape(str(row[c] if row[c] is not None else "all")) for c in
+            table.add_row(*[str(row[c] if row[c] is not None else "all") for c in
                             ("ranker", "task", "variant", "max_queries", "data", "estimate")])
         out.print(table)
         return
@@ -417,7 +414,7 @@ def reproduce_cmd(
     for col in report.header(bool(grades)):
         table.add_column(col, overflow="fold")
     for row in report.cells(rows, grades):
-        table.add_row(*(escape(c) for c in row))
+        table.add_row(*row)
     out.print(table)
     out.print(f"written: {target}, {page}" + "".join(f", {f}" for f in figures))
     if save_expected:
@@ -445,7 +442,7 @@ _mount_data_app()
 
 def _note(message, category, filename, lineno, file=None, line=None) -> None:  # noqa: ANN001
     """Warnings (e.g. a variant leaving out an unprepared donor task) as one short line."""
-    err.print(f"[yellow]note:[/yellow] {escape(str(message))}", soft_wrap=True, highlight=False)
+    err.print(styled(("note:", "yellow"), f" {message}"), soft_wrap=True, highlight=False)
 
 
 def _click_kinds() -> dict[str, tuple[type, ...]]:
@@ -467,7 +464,7 @@ def _click_kinds() -> dict[str, tuple[type, ...]]:
 
 
 def _error_line(message: str) -> None:
-    err.print(f"[bold red]error:[/bold red] {escape(message)}", highlight=False, soft_wrap=True)
+    err.print(styled(("error:", "bold red"), f" {message}"), highlight=False, soft_wrap=True)
 
 
 def _commands(ctx) -> str:  # noqa: ANN001
@@ -488,13 +485,13 @@ def main(argv: list[str] | None = None) -> int:
     try:
         code = app(args=argv, prog_name="rbench", standalone_mode=False)
         if code == 130:  # click turned a KeyboardInterrupt into an abort
-            err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
+            err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
         return code if isinstance(code, int) else 0
     except RBenchError as exc:
         _error_line(str(exc))
         return 2
     except KeyboardInterrupt:
-        err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
+        err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
         return 130
     except SystemExit as exc:  # typer/click exits (--help)
         return int(exc.code or 0)
@@ -517,14 +514,14 @@ def main(argv: list[str] | None = None) -> int:
             if isinstance(exc.__cause__, EOFError):  # click turns any EOFError (a truncated gzip) into Abort
                 _error_line(f"input ended early, a file is truncated? ({exc.__cause__ or 'EOFError'})")
                 return 2
-            err.print("[yellow]interrupted[/yellow] (no partial RunRecord was written)")
+            err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
             return 130
         return _internal_error(exc)
 
 
 def _internal_error(exc: BaseException) -> int:
     err.print_exception(max_frames=8)
-    err.print(f"[bold red]internal error:[/bold red] {type(exc).__name__}: {escape(str(exc))}", soft_wrap=True)
+    err.print(styled(("internal error:", "bold red"), f" {type(exc).__name__}: {exc}"), soft_wrap=True)
     return 1
 
 

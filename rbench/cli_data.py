@@ -26,27 +26,26 @@ from pathlib import Path
 from typing import Any, Optional
 
 import typer
-from rich.console import Console
-from rich.markup import escape
 from rich.progress import (
     BarColumn,
     DownloadColumn,
     Progress,
     SpinnerColumn,
-    TextColumn,
     TimeElapsedColumn,
     TransferSpeedColumn,
 )
 from rich.table import Table
+from rich.text import Text
 
 from rbench import paths
 from rbench.api import TaskSpec
 from rbench.atomic import remove_path, remove_stale, scratch_dir, swap_in
-from rbench.errors import RBenchError
+from rbench.console import console, description_column, styled
+from rbench.errors import DataError, RBenchError
+from rbench.inputs import read_json
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
-out = Console() if sys.stdout.isatty() else Console(width=160)
-err = Console(stderr=True) if sys.stderr.isatty() else Console(stderr=True, width=160)
+out, err = console(), console(stderr=True)  # user text printed as it is (rbench.console)
 
 TASK_PREFIX = "task."
 
@@ -86,7 +85,7 @@ def download_cmd(
     specs = [spec for spec in list_tasks() if spec.downloads] if all_tasks else [get_task(task or "")]
     if not all_tasks:
         sources.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
-    progress = Progress(TextColumn("{task.description}"), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
+    progress = Progress(description_column(), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet)
     overall = None
     if all_tasks:  # sizes (HEAD requests) only for --all: one task's bars show their own sizes
@@ -120,7 +119,7 @@ def download_cmd(
                 continue
             _print_downloaded(spec, raw)
     for line in failed:
-        err.print(f"[red]failed[/red] {escape(line)}", soft_wrap=True, highlight=False)
+        err.print(styled(("failed", "red"), f" {line}"), soft_wrap=True, highlight=False)
     if failed:
         raise typer.Exit(2)
 
@@ -144,7 +143,11 @@ def _print_downloaded(spec: TaskSpec, raw: Path) -> None:
     from rbench import sources
 
     manifest_path = sources.downloads_dir(spec.name) / "manifest.json"
-    manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
+    try:
+        manifest = read_json(manifest_path) if manifest_path.exists() else {}
+    except DataError:  # the download itself has said so (rbench.sources); the sizes are not shown
+        manifest = {}
+    manifest = manifest if isinstance(manifest, dict) else {}
     for rf in spec.downloads:
         m = manifest.get(rf.filename, {})
         pin = "checked" if rf.sha256 else "none published; the first one seen is recorded and must hold"
@@ -262,7 +265,7 @@ def prepare_cmd(
             how, names = stack.enter_context(linked_from(from_path, paths.raw_dir(task)))
             if not as_json:
                 out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
-        with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+        with Progress(SpinnerColumn(), description_column(), TimeElapsedColumn(), console=err,
                       transient=True, disable=as_json) as progress:
             progress.add_task(f"preparing {task}", total=None)
             data = load(resolved, options, seed=seed)
@@ -305,7 +308,7 @@ def import_cmd(
     """Import a bring-your-own task in the BEIR layout (validated completely before copying)."""
     from rbench.tasks.registry import import_task
 
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), TimeElapsedColumn(), console=err,
+    with Progress(SpinnerColumn(), description_column(), TimeElapsedColumn(), console=err,
                   transient=True) as progress:
         progress.add_task(f"validating and importing {name}", total=None)
         target = import_task(name, corpus, queries, qrels, scenario, candidates, overwrite=overwrite)
@@ -359,13 +362,13 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-r
         prepared = f"{s['pool']:,} / {s['queries']:,}" + (f" ({s['entries']} entries)" if s["entries"] > 1 else "") \
             if s else "–"
         table.add_row(r["name"], r["scenario"],
-                      "[green]present[/green]" if r["raw_present"] else "[yellow]missing[/yellow]",
+                      Text("present", style="green") if r["raw_present"] else Text("missing", style="yellow"),
                       r["downloads"], prepared, f"{_fmt(r['paper_candidates'])} / {_fmt(r['paper_queries'])}",
                       _bytes(s["bytes_all"]) if s else "–")
     out.print(table)
     missing = [r for r in rows if not r["raw_present"]]
     for r in missing:
-        out.print(f"[yellow]{r['name']}[/yellow]: {escape(r['raw'])}", soft_wrap=True)
+        out.print(styled((str(r["name"]), "yellow"), f": {r['raw']}"), soft_wrap=True)
 
 
 # --------------------------------------------------------------------------------------------
@@ -375,15 +378,20 @@ def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-r
 
 def qrels_text(queries: Any, pool_ids: Any) -> str:
     """A split's relevance judgements in TREC format, ``qid 0 docid grade`` per positive (grades
-    written as integers where they are whole, as trec_eval and ir_measures read them)."""
+    written as integers where they are whole, as trec_eval and ir_measures read them). An id such
+    a line cannot hold (whitespace: a task imported before ids were checked) is a DataError."""
     import numpy as np
 
-    docs = np.asarray(pool_ids).astype(str)
-    lines = []
-    for q, row, grades in zip(np.asarray(queries.ids).astype(str), queries.positives, queries.grades):
-        for d, g in zip(docs[np.asarray(row)], np.asarray(grades, dtype=np.float64).tolist()):
-            lines.append(f"{q} 0 {d} {int(g) if float(g).is_integer() else g!r}\n")
-    return "".join(lines)
+    from rbench.runfile import check_trec_ids
+
+    qids = np.asarray(queries.ids).astype(str)
+    docs = np.asarray(pool_ids)[np.asarray(queries.positives.values, dtype=np.int64)].astype(str)
+    check_trec_ids(qids.tolist(), "query")
+    check_trec_ids(docs.tolist(), "document")
+    rows = queries.positives.row_ids()
+    grades = np.asarray(queries.grades.values, dtype=np.float64).tolist()
+    return "".join(f"{qids[i]} 0 {d} {int(g) if float(g).is_integer() else g!r}\n"
+                   for i, d, g in zip(rows.tolist(), docs.tolist(), grades))
 
 
 @data_app.command("qrels")

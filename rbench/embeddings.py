@@ -30,8 +30,9 @@ import numpy as np
 from rbench import paths
 from rbench.api import Pool
 from rbench.atomic import atomic_replace, atomic_write_text, locked
-from rbench.errors import RankerOutputError
+from rbench.errors import DataError, RankerOutputError
 from rbench.hashing import file_digest
+from rbench.inputs import read_json
 
 Encoder = Callable[[list[str]], np.ndarray]
 STORAGE = ("float32", "float16", "bfloat16")
@@ -99,8 +100,10 @@ def _record(final: Path) -> dict[str, Any]:
 def _damage(final: Path, meta: Path, dim: int | None, n: int) -> str | None:
     """Why a cached matrix cannot be trusted, or None when it verifies."""
     try:
-        want = json.loads(meta.read_text())
-    except (OSError, ValueError):
+        want = read_json(meta)
+    except DataError:
+        want = None
+    if not isinstance(want, dict):
         return "no integrity record"
     try:
         if final.stat().st_size != want.get("bytes"):
@@ -171,10 +174,10 @@ def _encode_into(pool: Pool, key: dict[str, Any], encode: Encoder, base: Path, d
     arr = None
     if partial.exists() and marker.exists():
         try:
-            state = json.loads(marker.read_text())
+            state = read_json(marker)
             arr = np.load(partial, mmap_mode="r+")
             done = int(state["rows_done"]) if arr.shape[0] == n else 0
-        except (ValueError, KeyError, OSError):
+        except (DataError, ValueError, KeyError, TypeError, OSError):
             arr, done = None, 0
     fetch = texts or pool.text_batch
     bar = _bar(progress, n, f"encoding {pool.name or 'pool'}")
@@ -241,10 +244,11 @@ def _encode_all(pool: Pool, encode: Encoder, batch_size: int, dtype: str, progre
 def _bar(enabled: bool, total: int, desc: str):
     if not enabled or total < 1000:
         return None
-    from rich.console import Console
-    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TimeRemainingColumn
 
-    prog = Progress(TextColumn(desc), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
-                    console=Console(stderr=True))
+    from rbench.console import console, description_column
+
+    prog = Progress(description_column(), BarColumn(), MofNCompleteColumn(), TimeRemainingColumn(),
+                    console=console(stderr=True))
     prog.start()
     return prog, prog.add_task(desc, total=total)

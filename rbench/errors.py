@@ -26,6 +26,7 @@ class DataError(RBenchError):
         prefix = ", ".join(where)
         super().__init__(f"{prefix}: {message}" if prefix else message)
         self.path, self.line, self.field = path, line, field
+        self.reason = message  # what is wrong, without where (for notes that name the file themselves)
 
 
 class RankerOutputError(RBenchError):

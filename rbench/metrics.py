@@ -6,7 +6,8 @@ the measures below are exact:
 
 - ``nDCG@10``: linear gain (the grade), log2 discount, ideal DCG from the query's own grades
   (trec_eval's ``ndcg_cut``, as ir_measures computes it).
-- ``RR``: reciprocal rank of the first positive, no cutoff (the paper's MRR).
+- ``RR``: reciprocal rank of the first positive, no cutoff (the paper's MRR); ``RR@k``: 0 when
+  that rank is beyond k (ir_measures' ``RR@k``).
 - ``R@k``: fraction of the query's positives ranked in the top k.
 Values are fractions in [0, 1]; tables show percentages like the paper.
 """
@@ -18,6 +19,11 @@ import numpy as np
 from rbench.api import Ragged
 
 MEASURES: tuple[str, ...] = ("nDCG@10", "RR", "R@10", "R@100")
+# what a RunRecord holds: MEASURES plus RR cut at the run file's default depth (100), the value
+# ``ir_measures qrels RUN.run.gz RR@100`` reads from the exported run (rbench.runfile), which
+# stops at its depth where ``RR`` has no cutoff. Fixed at 100 (not --topk): a record's measures
+# never depend on --topk; like R@100, the run file reproduces it when --topk >= 100.
+RECORD_MEASURES: tuple[str, ...] = MEASURES + ("RR@100",)
 
 TIE_RULE = (
     "pessimistic: a positive tied with k other candidates is placed after all of them "
@@ -44,7 +50,7 @@ def per_query(ranks: Ragged, grades: Ragged, measures: tuple[str, ...] = MEASURE
         if base == "RR":
             best = np.full(n, np.inf)
             np.minimum.at(best, rows, r)
-            out[name] = np.where(np.isfinite(best), 1.0 / best, 0.0)
+            out[name] = np.where(best <= (np.inf if k is None else float(k)), 1.0 / best, 0.0)
         elif base == "R":
             hit = np.zeros(n)
             np.add.at(hit, rows, (r <= k).astype(np.float64))
@@ -61,7 +67,7 @@ def per_query(ranks: Ragged, grades: Ragged, measures: tuple[str, ...] = MEASURE
                 idcg[i] = float((top / np.log2(np.arange(2, len(top) + 2))).sum())
             out[name] = np.divide(dcg, idcg, out=np.zeros(n), where=idcg > 0)
         else:
-            raise ValueError(f"unknown measure {name!r}; known: {', '.join(MEASURES)}")
+            raise ValueError(f"unknown measure {name!r}; known: RR, RR@k, R@k, nDCG@k")
     return out
 
 

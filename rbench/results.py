@@ -39,13 +39,16 @@ import rbench
 from rbench.atomic import atomic_write_bytes
 from rbench.config import config_hash
 from rbench.errors import DataError, RBenchError, write_failure
+from rbench.inputs import read_capped, read_json, size_text
 from rbench.metrics import TIE_RULE
 from rbench.pools import Variant, parse_variant
 
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
-RUN_SUFFIX = ".run.gz"  # the run's top-k as a gzipped TREC run (``qid Q0 docid rank score tag``)
+RUN_SUFFIX = ".run.gz"  # the run's top-k as a gzipped TREC run in rbench's own order (rbench.runfile)
 TABLE_METRICS = ("nDCG@10", "RR")  # what tables and plots read from every record
+# a per-query file holds ~60 bytes a test query: 1 GiB (compressed or not) is ~17M queries
+PER_QUERY_MAX_BYTES = 1 << 30
 
 
 def _canonical(options: dict[str, Any] | None) -> str:
@@ -285,24 +288,6 @@ def run_tag(record: RunRecord) -> str:
     return f"{name}-{record.config_hash}" if record.config_hash else name
 
 
-def run_file_bytes(query_ids: Any, pool_ids: Any, topk_index: np.ndarray, topk_score: np.ndarray, tag: str) -> bytes:
-    """A top-k as a TREC run, ``qid Q0 docid rank score tag`` per line, gzipped deterministically
-    (mtime 0). ``topk_index`` holds pool indices per query, best first, -1 where a query has fewer
-    (excluded candidates are never there); scores are written exactly (shortest round-trip repr)."""
-    qids = np.asarray(query_ids).astype(str)
-    docs = np.asarray(pool_ids).astype(str)
-    idx = np.asarray(topk_index)
-    lines = []
-    for q, row_i, row_s in zip(qids, idx, np.asarray(topk_score, dtype=np.float64)):
-        keep = row_i >= 0
-        for rank, (d, v) in enumerate(zip(docs[row_i[keep]], row_s[keep].tolist()), start=1):
-            lines.append(f"{q} Q0 {d} {rank} {v!r} {tag}\n")
-    buf = io.BytesIO()
-    with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
-        gz.write("".join(lines).encode())
-    return buf.getvalue()
-
-
 def _per_query_files(path: Path, suffix: str = PER_QUERY_SUFFIX) -> list[Path]:
     """The per-query files of record ``path`` present beside it: ``<stem>.<hash12>.perquery.csv.gz``
     and the older, unhashed ``<stem>.perquery.csv.gz`` (``suffix=RUN_SUFFIX``: its run files)."""
@@ -315,7 +300,7 @@ def _per_query_files(path: Path, suffix: str = PER_QUERY_SUFFIX) -> list[Path]:
 
 
 def write_run(record: RunRecord, path: Path, per_query: bytes | None, run: bytes | None = None) -> Path:
-    """Write a run's per-query file and run file (``run``: ``run_file_bytes``), then its record,
+    """Write a run's per-query file and run file (``run``: ``rbench.runfile.run_file_bytes``), then its record,
     so that the three always match: each file is named by its content hash, which the record
     holds; the record is published last by one rename; only then are the files of the record it
     replaced removed. An interrupt at any point leaves the previous set, or the new one (plus at
@@ -383,15 +368,12 @@ def _check_record(data: Any, path: Path) -> None:
 
 
 def read_record(path: Path) -> RunRecord:
-    """A RunRecord from its file; ``DataError`` (naming the file) when it is not one."""
-    try:
-        data = json.loads(Path(path).read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from exc
-    except UnicodeDecodeError as exc:
-        raise DataError(f"not a text file (byte {exc.start} is not UTF-8): not a RunRecord", path) from exc
-    except OSError as exc:
-        raise DataError(f"cannot read it ({exc.strerror or exc})", path) from exc
+    """A RunRecord from its file; ``DataError`` (naming the file) when it is not one. Read by
+    ``rbench.inputs.read_json``: a FIFO or a link to a device under ``*.json`` in a results
+    folder, a file over its size limit or JSON over its depth or digit limits is one line, never
+    a hang, memory run out or an internal error (``rbench table``, the runner's existing-record
+    check)."""
+    data = read_json(path, "a RunRecord")
     _check_record(data, path)
     known = set(RunRecord.__dataclass_fields__)
     return RunRecord(**{k: v for k, v in data.items() if k in known})
@@ -430,14 +412,18 @@ def read_per_query(record_file: Path, record: RunRecord):
     if not record.per_query_file:
         return None
     pq = Path(record_file).with_name(record.per_query_file)
-    try:
-        raw = pq.read_bytes()
-    except OSError as exc:
-        return _per_query_note(pq, f"cannot be read ({exc.strerror or exc})")
+    try:  # a regular file only (a FIFO would block), at most PER_QUERY_MAX_BYTES of it
+        raw = read_capped(pq, PER_QUERY_MAX_BYTES)
+    except DataError as exc:
+        return _per_query_note(pq, f"cannot be read ({exc.reason})")
     if record.per_query_sha256 and hashlib.sha256(raw).hexdigest() != record.per_query_sha256:
         return _per_query_note(pq, f"is not the file {Path(record_file).name} was written with (its sha256 differs)")
     try:
-        frame = pd.read_csv(io.BytesIO(raw), compression="gzip")
+        with gzip.GzipFile(fileobj=io.BytesIO(raw)) as gz:
+            text = gz.read(PER_QUERY_MAX_BYTES + 1)  # a gzip bomb stops at the cap
+        if len(text) > PER_QUERY_MAX_BYTES:
+            return _per_query_note(pq, f"holds more than {size_text(PER_QUERY_MAX_BYTES)} of text")
+        frame = pd.read_csv(io.BytesIO(text))
     except (EOFError, OSError, zlib.error, UnicodeDecodeError, ValueError, pd.errors.ParserError) as exc:
         return _per_query_note(pq, f"is truncated or corrupt ({type(exc).__name__}: {' '.join(str(exc).split())})")
     if "query_id" not in frame.columns:

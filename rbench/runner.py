@@ -22,6 +22,7 @@ import json
 import numbers
 import os
 import time
+import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -44,7 +45,7 @@ from rbench.engine import (
 )
 from rbench.errors import RBenchError, unknown
 from rbench.hashing import source_digest
-from rbench.metrics import MEASURES, aggregate, per_query
+from rbench.metrics import RECORD_MEASURES, aggregate, per_query
 from rbench.plugins import NoOptions, default_config, ranker_config, resolve_ranker
 from rbench.pools import Variant, parse_variant
 from rbench.results import (
@@ -58,10 +59,10 @@ from rbench.results import (
     per_query_table,
     read_record,
     record_path,
-    run_file_bytes,
     run_tag,
     write_run,
 )
+from rbench.runfile import run_file_bytes, run_width
 from rbench.tasks.family import Task
 from rbench.tasks.registry import load, resolve
 
@@ -393,14 +394,16 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
             return None
 
     rerank_info, dropped = None, {}
+    # the engine keeps more than the run file's --topk lines: the tied candidates its lines need (rbench.runfile)
+    wide = dataclasses.replace(plan, topk=run_width(plan.topk, data.test))
     if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.rerank)
         from rbench import rerank
 
-        result, rerank_info, dropped = rerank.score(plan, ranker, data, context, progress, score)
+        result, rerank_info, dropped = rerank.score(wide, ranker, data, context, progress, score)
         ann_info = None
     else:
-        result, ann_info = score(plan, ranker, data, progress)
-    values = per_query(result.ranks, data.test.grades, MEASURES)
+        result, ann_info = score(wide, ranker, data, progress)
+    values = per_query(result.ranks, data.test.grades, RECORD_MEASURES)
     metrics = {**aggregate(values), **aggregate(dropped)}
 
     ranker_cfg = ranker.config
@@ -444,9 +447,15 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     path = None
     if plan.write:
         path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
-        run_file = run_file_bytes(data.test.ids, data.pool.ids, result.topk_index, result.topk_score,
-                                  run_tag(record)) if plan.topk > 0 else None
+        run_file = None
+        if plan.topk > 0:
+            try:
+                run_file = run_file_bytes(data.test, data.pool.ids, result, plan.topk, run_tag(record))
+            except RBenchError as exc:  # an id a TREC line cannot hold (a task imported before ids were checked)
+                warnings.warn(f"no run file: {exc}", stacklevel=2)
         write_run(record, path, per_query_bytes(data.test.ids, values, first_rank), run_file)
+    # the top-k as asked for (the engine kept the run file's wider one)
+    result.topk_index, result.topk_score = result.topk_index[:, : plan.topk], result.topk_score[:, : plan.topk]
     return RunOutcome(record=record, path=path, per_query=values, result=result)
 
 

@@ -93,8 +93,9 @@ from typing import Any
 from rbench import paths
 from rbench.api import RemoteFile, TaskSpec
 from rbench.atomic import atomic_path, atomic_replace, atomic_write_text, locked, scratch_dir
-from rbench.errors import RBenchError
+from rbench.errors import DataError, RBenchError
 from rbench.hashing import file_sha256 as sha256_of
+from rbench.inputs import read_json
 
 Progress = Callable[[int, "int | None"], None]  # (bytes done, total bytes or None)
 
@@ -161,9 +162,10 @@ class ResumableDownloader:
     # -- partial-file bookkeeping
     def _meta(self) -> dict[str, Any]:
         try:
-            return json.loads(self.meta_path.read_text())
-        except (OSError, ValueError):
+            meta = read_json(self.meta_path)
+        except DataError:
             return {}
+        return meta if isinstance(meta, dict) else {}
 
     def _write_meta(self, data: dict[str, Any]) -> None:
         atomic_write_text(self.meta_path, json.dumps(data))
@@ -318,15 +320,15 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 def _read_manifest(folder: Path) -> dict[str, Any]:
     """``downloads/<task>/manifest.json``; an unreadable one is said (its recorded hashes are lost)."""
     path = folder / "manifest.json"
-    try:
-        manifest = json.loads(path.read_text())
-    except FileNotFoundError:
+    if not os.path.lexists(path):
         return {}
-    except (OSError, ValueError) as exc:
+    try:
+        manifest = read_json(path)
+    except DataError as exc:
         manifest = exc
     if isinstance(manifest, dict):
         return manifest
-    why = manifest if isinstance(manifest, Exception) else "not a JSON object"
+    why = manifest.reason if isinstance(manifest, DataError) else "not a JSON object"
     warnings.warn(f"{path} is unreadable ({why}); the sha256 values it recorded are lost and are recorded "
                   "again from these downloads", stacklevel=3)
     return {}

@@ -69,8 +69,10 @@ from rbench import __version__, paths
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.atomic import atomic_dir, atomic_write_text, is_temporary, remove_stale
 from rbench.columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
+from rbench.errors import DataError
 from rbench.hashing import file_sha256 as _file_sha256
 from rbench.hashing import folder_digests
+from rbench.inputs import read_json
 from rbench.tasks.family import Task
 
 STORE_VERSION = 1
@@ -368,7 +370,7 @@ class _Reader:
 
 
 def read_entry(spec: TaskSpec, folder: Path) -> TaskData:
-    manifest = json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
+    manifest = read_json(folder / "manifest.json")
     r = _Reader(folder)
     pool = r.pool(manifest["pool"])
     splits = {s: r.queries(s, manifest["splits"][s]) for s in SPLITS}
@@ -386,19 +388,23 @@ def enabled() -> bool:
 
 
 def _manifest(folder: Path) -> dict[str, Any] | None:
+    """An entry's manifest; None when it is unreadable or not an object (``rbench.inputs``)."""
     try:
-        return json.loads((folder / "manifest.json").read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        m = read_json(folder / "manifest.json")
+    except DataError:
         return None
+    return m if isinstance(m, dict) else None
 
 
 def verify_entry(entry: Path) -> None:
     """Raise ValueError naming the first file whose size or digest differs from the record
     written with the entry (altered, truncated, missing, or an entry without a record)."""
     try:
-        want = json.loads((entry / INTEGRITY).read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        raise ValueError(f"no integrity record ({INTEGRITY})") from None
+        want = read_json(entry / INTEGRITY)
+    except DataError:
+        want = None
+    if not isinstance(want, dict):
+        raise ValueError(f"no integrity record ({INTEGRITY})")
     have = folder_digests(entry)
     have.pop(INTEGRITY, None)
     for name in sorted(set(want) | set(have)):

@@ -135,8 +135,8 @@ def test_run_writes_record_and_table(capsys, fake_ranker, tmp_path):
     for key in ("rbench_version", "git_commit", "task", "variant", "scenario", "task_fingerprint", "ranker",
                 "seed", "n_queries", "metrics", "timings", "peak_rss_bytes", "tie_rule", "created"):
         assert key in rec, key
-    assert set(rec["metrics"]) == {"nDCG@10", "RR", "R@10", "R@100"}
-    assert set(rec["timings"]) >= {"fit_s", "index_s", "score_s", "per_query_ms"}
+    assert set(rec["metrics"]) == {"nDCG@10", "RR", "R@10", "R@100", "RR@100"}
+    assert set(rec["timings"]) >= {"fit_s", "index_s", "score_s", "per_query_ms", "compile_s"}
     assert rec["n_queries"] == 943 and rec["scenario"] == "large"
     assert rec["ranker"]["config"] == {"mode": "random", "scale": 1.0, "flag": False}
     path = res / "large" / "ml-100k" / "fake.json"

@@ -18,10 +18,10 @@ ROOT = Path(__file__).resolve().parents[1] / "rbench"
 # A new module must be given a layer here; that is the point of listing them.
 LAYERS: list[tuple[str, ...]] = [
     ("rbench.tasks", "rbench.api", "rbench._gemm_kernel", "rbench._fused_kernel", "rbench.errors", "rbench.paths",
-     "rbench.hashing", "rbench.significance", "rbench.atomic"),
+     "rbench.hashing", "rbench.significance", "rbench.atomic", "rbench.inputs", "rbench.console", "rbench.markdown"),
     ("rbench.config", "rbench.columns", "rbench.metrics", "rbench.sharded", "rbench.fused"),
     ("rbench.engine", "rbench.embeddings", "rbench.plugins", "rbench.tasks.family", "rbench.tasks.kit"),
-    ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed"),
+    ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed", "rbench.runfile"),
     ("rbench.tasks.recsys", "rbench.tasks.passages", "rbench.tasks.routing", "rbench.tasks.imported",
      "rbench.store", "rbench.sources", "rbench.pools"),
     ("rbench.tasks.registry", "rbench.results", "rbench.rerank"),

@@ -40,7 +40,6 @@ Choices written down:
 from __future__ import annotations
 
 import ast
-import json
 import re
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -53,6 +52,7 @@ import pyarrow.compute as pc
 import pyarrow.json as pj
 
 from rbench.errors import DataError
+from rbench.inputs import JsonSyntaxError, parse_json, require_regular
 from rbench.tasks.kit import iter_lines, parse_json_object
 
 BLOCK_BYTES = 16 << 20  # bytes of JSON text parsed per block (one line must fit in a block)
@@ -203,9 +203,7 @@ def _sorted_codes(chunks: list[pa.DictionaryArray]) -> tuple[np.ndarray, pa.Arra
 
 def read_reviews(path: Path, fmt: ReviewFormat, block_bytes: int = BLOCK_BYTES) -> Reviews:
     """Stream a reviews file into codes (see the module doc for the memory bound)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", path)
+    path = require_regular(path)
     schema = pa.schema([(fmt.user, pa.string()), (fmt.item, pa.string()), (fmt.ts, pa.float64())])
     checks = {fmt.user: "id", fmt.item: "id", fmt.ts: "number"}
     users: list[pa.DictionaryArray] = []
@@ -265,9 +263,7 @@ def _compose(ids: pa.Array, title: pa.Array, categories: pa.Array, label: str, b
 
 def read_meta_2023(path: Path, item_names: pa.Array, block_bytes: int = BLOCK_BYTES) -> ItemMeta:
     """2023 ``meta_<Cat>.jsonl[.gz]`` -> titles/texts for ``item_names`` (arrow, no Python lists)."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", path)
+    path = require_regular(path)
     schema = pa.schema([("parent_asin", pa.string()), ("title", pa.string()), ("store", pa.string()),
                         ("categories", pa.list_(pa.string()))])
     checks = {"parent_asin": "id", "title": "text", "store": "text", "categories": "list"}
@@ -296,9 +292,11 @@ _ASIN_RE = re.compile(r"""['"]asin['"]\s*:\s*['"]([^'"]*)['"]""")
 
 
 def _literal(line: str, path: Path, lineno: int) -> dict[str, Any]:
+    """A meta line as JSON (2018) or, when it is not JSON at all, a Python literal (2014); JSON
+    over ``rbench.inputs``' limits is refused, never retried as a literal."""
     try:
-        obj = json.loads(line)
-    except json.JSONDecodeError:
+        obj = parse_json(line, path, lineno)
+    except JsonSyntaxError:
         try:
             obj = ast.literal_eval(line.strip())
         except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
@@ -327,9 +325,7 @@ def _category_text(obj: dict[str, Any], path: Path, lineno: int) -> str:
 
 def read_meta_2014(path: Path, item_names: pa.Array) -> ItemMeta:
     """2014 (Python literal) or 2018 (JSON) ``meta_<Cat>.json[.gz]`` for ``item_names``."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError("file not found", path)
+    path = require_regular(path)
     needed = {name: i for i, name in enumerate(item_names.to_pylist())}
     pos: list[int] = []
     titles: list[str] = []

@@ -53,6 +53,8 @@ from rbench.api import SCENARIOS, Pool, Source, TaskData, TaskSpec
 from rbench.atomic import atomic_dir
 from rbench.errors import DataError, RBenchError
 from rbench.hashing import file_sha256 as _sha256
+from rbench.inputs import read_json, require_regular
+from rbench.runfile import TREC_ID_RULE, is_trec_id
 from rbench.tasks.family import TaskFamily
 from rbench.tasks.kit import (
     SPLIT_NAMES,
@@ -93,12 +95,21 @@ class BeirData:
     candidates: dict[str, np.ndarray] | None  # query id -> doc indices (small scenario)
 
 
+def _trec_id(value: str, path: Path, lineno: int) -> str:
+    """A corpus or query id as TREC run and qrels lines can hold it (``rbench.runfile.TREC_ID_RULE``:
+    the run file and ``rbench data qrels`` write them), refused at import otherwise."""
+    if not is_trec_id(value):
+        raise DataError(f"id {value!r} cannot be written to TREC run and qrels files ({TREC_ID_RULE})",
+                        path, lineno, "_id")
+    return value
+
+
 def read_corpus(path: Path) -> tuple[np.ndarray, np.ndarray]:
     ids: list[str] = []
     texts: list[str] = []
     first: dict[str, int] = {}
     for lineno, obj in iter_jsonl(path):
-        doc_id = id_field(obj, "_id", path, lineno)
+        doc_id = _trec_id(id_field(obj, "_id", path, lineno), path, lineno)
         text = text_field(obj, "text", path, lineno)
         title = text_field(obj, "title", path, lineno, required=False).strip()
         if doc_id in first:
@@ -117,7 +128,7 @@ def read_queries(path: Path) -> tuple[list[str], list[str], list[int] | None]:
     splits: list[int | None] = []
     first: dict[str, int] = {}
     for lineno, obj in iter_jsonl(path):
-        qid = id_field(obj, "_id", path, lineno)
+        qid = _trec_id(id_field(obj, "_id", path, lineno), path, lineno)
         if qid in first:
             raise DataError(f"duplicate id {qid!r} (first on line {first[qid]})", path, lineno, "_id")
         first[qid] = lineno
@@ -179,10 +190,7 @@ def read_candidates(path: Path, query_index: dict[str, int], doc_index: dict[str
 
 def read_beir(corpus: Path, queries: Path, qrels: Path, candidates: Path | None = None) -> BeirData:
     for p in (corpus, queries, qrels) + ((candidates,) if candidates else ()):
-        if Path(p).is_dir():
-            raise DataError("expected a file, got a directory", p)
-        if not Path(p).is_file():
-            raise DataError("file not found", p)
+        require_regular(p)  # every file before the first is read: a missing qrels fails fast
     doc_ids, doc_texts = read_corpus(corpus)
     qids, qtexts, qsplits = read_queries(queries)
     doc_index = {d: i for i, d in enumerate(doc_ids)}
@@ -272,11 +280,20 @@ def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path 
 _SPEC_FIELDS = {f.name for f in dataclasses.fields(TaskSpec)}
 
 
-def spec_from_json(path: Path) -> TaskSpec:
+def _task_json(path: Path) -> dict[str, Any]:
+    """An imported task's ``task.json`` as an object (``rbench.inputs.read_json``: a regular
+    file within the size, depth and digit limits), or a DataError naming it."""
     try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DataError(f"unreadable task.json: {exc}", path) from None
+        raw = read_json(path, "a task.json")
+    except DataError as exc:
+        raise DataError(f"unreadable task.json: {exc.reason}", path) from None
+    if not isinstance(raw, dict):
+        raise DataError(f"task.json does not describe a task (a JSON {type(raw).__name__}, not an object)", path)
+    return raw
+
+
+def spec_from_json(path: Path) -> TaskSpec:
+    raw = _task_json(path)
     fields = {k: v for k, v in raw.items() if k in _SPEC_FIELDS}
     try:
         fields["sources"] = tuple(Source(**s) for s in fields.get("sources", []))
@@ -313,9 +330,9 @@ def imported_specs(strict: bool = False) -> dict[str, TaskSpec]:
 def _task_files(spec: TaskSpec) -> tuple[Path, dict[str, Path]]:
     d = imported_root() / spec.name
     try:
-        raw = json.loads((d / "task.json").read_text(encoding="utf-8"))
+        raw = _task_json(d / "task.json")
         files = {kind: d / info["file"] for kind, info in raw["files"].items()}
-    except (OSError, json.JSONDecodeError, KeyError, TypeError):
+    except (DataError, KeyError, TypeError, AttributeError):
         files = {}
     return d, files
 

@@ -24,11 +24,11 @@ row in blocks, so an Arrow column and an object array of the same texts hash the
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import gzip
 import hashlib
 import io
-import json
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -41,6 +41,7 @@ from rbench import paths
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.columns import take_texts
 from rbench.errors import DataError, RBenchError, did_you_mean
+from rbench.inputs import iter_capped_lines, open_regular, parse_json
 
 SPLIT_NAMES = ("train", "valid", "test")
 MIN_SPLIT_QUERIES = 5  # smallest n for which round(n/10) >= 1: a non-empty valid and test split
@@ -50,11 +51,9 @@ PoolOrder = Literal["hashed", "given"]
 
 
 def parse_json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
-    """One JSON-lines record, or a DataError naming the file and line."""
-    try:
-        obj = json.loads(line)
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg} at column {exc.colno})", path, lineno) from None
+    """One JSON-lines record, or a DataError naming the file and line (``rbench.inputs``: within
+    its depth and digit limits)."""
+    obj = parse_json(line, path, lineno)
     if not isinstance(obj, dict):
         raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
     return obj
@@ -216,13 +215,16 @@ def open_text(path: Path) -> io.TextIOBase:
 def iter_lines(path: Path, strict: bool = True) -> Iterator[tuple[int, str]]:
     """(line number, line without its end) of a plain or gzip text file. A corrupt or truncated
     gzip stream and, when ``strict``, bytes that are not UTF-8 are DataErrors naming the file and
-    line (and the column): never a bare zlib error, never text silently replaced by U+FFFD."""
-    if Path(path).is_dir():
-        raise DataError("expected a file, got a directory", path)
+    line (and the column): never a bare zlib error, never text silently replaced by U+FFFD. Only
+    a regular file is read, a line at most ``rbench.inputs.MAX_LINE_BYTES`` long (a FIFO or a
+    link to /dev/zero is refused, not waited on or read without end)."""
     lineno = 0
     try:
-        with (gzip.open(path, "rb") if str(path).endswith(".gz") else open(path, "rb")) as fh:
-            for lineno, raw in enumerate(fh, start=1):  # noqa: B007 - lineno is read after the loop
+        with contextlib.ExitStack() as stack:
+            fh: Any = stack.enter_context(open_regular(path))
+            if str(path).endswith(".gz"):
+                fh = stack.enter_context(gzip.GzipFile(fileobj=fh, mode="rb"))
+            for lineno, raw in iter_capped_lines(fh, path):  # noqa: B007 - lineno is read after the loop
                 try:
                     text = raw.decode("utf-8") if strict else raw.decode("utf-8", errors="replace")
                 except UnicodeDecodeError as exc:
@@ -230,8 +232,6 @@ def iter_lines(path: Path, strict: bool = True) -> Iterator[tuple[int, str]]:
                                     "re-encode the file as UTF-8", path, lineno) from None
                 yield lineno, text.rstrip("\r\n")
     except (EOFError, OSError, zlib.error) as exc:
-        if isinstance(exc, FileNotFoundError):
-            raise DataError("file not found", path) from None
         raise DataError(f"corrupt or truncated compressed data after line {lineno} ({exc})", path) from None
 
 

@@ -97,6 +97,7 @@ from rbench import paths
 from rbench.api import Pool, Queries, Ragged, RemoteFile, Source, TaskData, TaskSpec
 from rbench.columns import HistoryTexts, take_texts, text_column
 from rbench.errors import DataError, RBenchError
+from rbench.inputs import require_regular
 from rbench.tasks.family import TaskFamily
 from rbench.tasks.kit import fingerprint, locate, not_present, seeded_rng
 
@@ -223,9 +224,7 @@ def _fold_column(header: list[str]) -> int:
 def read_atomic(path: Path, required: Sequence[str] = ()) -> pd.DataFrame:
     """Read a RecBole atomic file (tab-separated, header ``name:type``); columns renamed to
     their bare names. All columns are read as text; callers convert what they need."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError("file not found", path)
+    path = require_regular(path)  # a FIFO named *.inter would block every open below
     with open(path, encoding="utf-8", errors="replace") as fh:
         header = fh.readline().rstrip("\n").rstrip("\r")
     if not header:

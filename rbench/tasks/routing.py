@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import csv
 import hashlib
-import json
 import math
 import sys
 from dataclasses import dataclass
@@ -63,6 +62,7 @@ import numpy as np
 from rbench import paths
 from rbench.api import Pool, Queries, RemoteFile, Source, TaskData, TaskSpec
 from rbench.errors import DataError, RBenchError, did_you_mean
+from rbench.inputs import read_json, text_reader
 from rbench.tasks.family import TaskFamily
 from rbench.tasks.kit import QueryTable, assemble, locate, not_present, split_labels
 
@@ -146,7 +146,7 @@ def read_router_csv(path: Path) -> RouterRows:
     cost: list[float] = []
     lines: list[int] = []
     qidx: list[str] = []
-    with open(path, encoding="utf-8", errors="replace", newline="") as fh:
+    with text_reader(path) as fh:  # a regular file only (a FIFO named *.csv would block)
         reader = csv.reader(fh)
         try:
             header = next(reader)
@@ -192,12 +192,9 @@ def read_router_csv(path: Path) -> RouterRows:
 
 
 def read_descriptions(path: Path) -> dict[str, str]:
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError) as exc:
-        raise DataError(f"unreadable: {exc}", path) from None
-    except json.JSONDecodeError as exc:
-        raise DataError(f"not valid JSON ({exc.msg})", path, exc.lineno) from None
+    """``candidate_models.json``: LLM name -> its one-line description (``rbench.inputs``: a
+    regular file within the size, depth and digit limits)."""
+    raw = read_json(path, "an LLM description file")
     if not isinstance(raw, dict):
         raise DataError("expected an object {llm name: {\"feature\": description, ...}}", path)
     out = {}
