@@ -153,7 +153,7 @@ def run_cmd(
     force: bool = typer.Option(False, "--force", help="Run an exhaustive rerank (--rerank-depth all) above the "
                                "pair budget."),
     topk: int = typer.Option(100, "--topk", help="Write each query's top N as a gzipped TREC run beside the "
-                             "RunRecord (<stem>.<hash>.run.gz; 0: none)."),
+                             "RunRecord (<stem>.<hash>.run.gz; 0: none; at most 100,000)."),
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord(s) as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -379,6 +379,10 @@ def reproduce_cmd(
         out.print(table)
         return
     recipe = reproduce.get(experiment)
+    if not dry_run:  # the tables go there after the runs: refused before them
+        from rbench.results import require_target
+
+        require_target(output, "--output", folder=True)
     only = reproduce.Selection(tuple(tasks), tuple(rankers))
     planned = reproduce.plan(recipe, profile, only)
     if dry_run:
@@ -536,7 +540,10 @@ def _environment_error(exc: OSError) -> str | None:
     if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
         from rbench import paths
 
-        home = paths.home()
+        try:
+            home = paths.home()
+        except RBenchError as bad_home:  # RBENCH_HOME itself is unusable: that is the line to print
+            return str(bad_home)
         hint = (f"; rbench keeps its data in {home}: make it writable or set RBENCH_HOME to a folder that is"
                 if str(where).startswith(str(home)) else "")
         return f"cannot write {where} ({exc.strerror}){hint}"

@@ -415,6 +415,10 @@ def qrels_cmd(
 
     if split not in ("train", "valid", "test"):
         raise RBenchError(f"--split must be train, valid or test, not {split!r}")
+    if output is not None:  # before the task is loaded
+        from rbench.results import require_target
+
+        require_target(output, "--output")
     resolved = resolve(task)
     options = resolved.options(_task_sets(sets))
     v = parse_variant(variant)

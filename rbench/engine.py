@@ -244,7 +244,15 @@ def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -
 
 
 def _check(scores: Any, shape: tuple[int, int], ranker_name: str, queries: Queries) -> np.ndarray:
-    arr = np.asarray(scores)
+    # a torch tensor (on a GPU, or one that requires grad) is read through detach/cpu/numpy,
+    # without importing torch here; a list or anything else numpy converts is taken as it is
+    if all(callable(getattr(scores, m, None)) for m in ("detach", "cpu", "numpy")):
+        scores = scores.detach().cpu().numpy()
+    try:
+        arr = np.asarray(scores)
+    except (TypeError, ValueError) as exc:  # ragged lists and the like
+        raise RankerOutputError(f"ranker {ranker_name!r} returned scores numpy cannot read as an array "
+                                f"({type(scores).__name__}: {exc}); expected a {shape} array") from exc
     if arr.shape != shape:
         raise RankerOutputError(
             f"ranker {ranker_name!r} returned scores of shape {arr.shape}, expected {shape} "
@@ -333,6 +341,14 @@ def encode_pool(ranker: Any, pool: Pool) -> Any:
     """The ranker's candidate vectors, checked once: shape (len(pool), d), every value finite
     (scanned in chunks: the matrix may be memory-mapped or sharded)."""
     emb = ranker.encode_pool(pool.for_ranker())
+    if all(callable(getattr(emb, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
+        emb = emb.detach().cpu().numpy()
+    elif not (hasattr(emb, "ndim") and hasattr(emb, "shape")):  # a list: numpy's, else one line
+        try:
+            emb = np.asarray(emb, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned {type(emb).__name__}, "
+                                    f"expected a ({len(pool)}, d) array ({exc})") from exc
     if emb.ndim != 2 or emb.shape[0] != len(pool):
         raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
                                 f"expected ({len(pool)}, d)")
@@ -358,7 +374,13 @@ def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = 25
 
 
 def _query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
-    q = np.asarray(q)
+    if all(callable(getattr(q, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
+        q = q.detach().cpu().numpy()
+    try:
+        q = np.asarray(q)
+    except (TypeError, ValueError) as exc:
+        raise RankerOutputError(f"ranker {name!r}: encode_queries returned {type(q).__name__}, "
+                                f"expected a ({len(batch)}, {dim}) array ({exc})") from exc
     if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != dim:
         raise RankerOutputError(f"ranker {name!r}: encode_queries returned shape "
                                 f"{q.shape}, expected ({len(batch)}, {dim})")

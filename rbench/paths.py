@@ -8,9 +8,18 @@ from pathlib import Path
 
 
 def home() -> Path:
+    """``RBENCH_HOME`` (checked: a regular file on its path would fail only deep inside a run, as
+    an OS error naming some file below it), else the user cache dir."""
     env = os.environ.get("RBENCH_HOME")
     if env:
-        return Path(env).expanduser()
+        path = Path(env).expanduser()
+        blocker = next((p for p in (path, *path.parents) if p.exists() and not p.is_dir()), None)
+        if blocker is not None:
+            from rbench.errors import RBenchError
+
+            raise RBenchError(f"RBENCH_HOME={env}: {blocker} is a file, not a folder "
+                              "(set RBENCH_HOME to a folder rbench may create or write)")
+        return path
     from platformdirs import user_cache_dir
 
     return Path(user_cache_dir("rbench", appauthor=False))

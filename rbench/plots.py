@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from rbench.errors import RBenchError, write_failure
-from rbench.results import load_records, require_results_dir
+from rbench.results import load_records, require_results_dir, require_target
 
 
 def scaling_points(results_dir: Path, task: str, rankers: list[str]) -> dict[str, list[tuple[int, float, float]]]:
@@ -48,6 +48,7 @@ def _pyplot():
 
 
 def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path) -> Path:
+    require_target(output, "--output", suffix=".png")  # before the records are read
     plt = _pyplot()
     pts = scaling_points(results_dir, task, rankers)
     if not any(pts.values()):
@@ -89,6 +90,7 @@ def training_curves(results_dir: Path, task: str, rankers: list[str]) -> dict[st
 
 def plot_training(results_dir: Path, task: str, rankers: list[str], output: Path) -> Path:
     """Two panels over epochs: each ranker's own training loss and its validation MRR."""
+    require_target(output, "--output", suffix=".png")  # before the records are read
     curves = training_curves(results_dir, task, rankers)
     if not curves:
         raise RBenchError(f"no RunRecord of task {task!r} by {', '.join(rankers)} in {results_dir} has a training "

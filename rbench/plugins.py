@@ -80,6 +80,39 @@ def _entry_points() -> dict[str, Any]:
     return eps
 
 
+def _load_entry_point(ep: Any) -> Any:
+    """``ep.load()``, with the working folder unable to hide the plugin's package: ``python -m``,
+    ``python -c`` and notebooks put the working folder first on ``sys.path``, so a user's
+    ``rankers.py`` there would be imported in place of the built-in ``rankers`` package. When
+    the package is not imported yet it is imported with the working folder off the path; when
+    the user's module already took its name, that is said in one line."""
+    import importlib.util
+    import os
+    import sys
+
+    module = str(getattr(ep, "module", "") or str(getattr(ep, "value", "")).partition(":")[0])
+    top = module.partition(".")[0]
+    if "." not in module or not top:
+        return ep.load()
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        if not hasattr(loaded, "__path__"):
+            raise RBenchError(f"ranker plugin {ep.name!r} lives in the package {top!r}, but {top!r} is the module "
+                              f"{getattr(loaded, '__file__', top)}: rename that file")
+        return ep.load()
+    cwd = os.path.realpath(os.getcwd())
+    here = [p for p in sys.path if os.path.realpath(p or ".") == cwd]
+    found = importlib.util.find_spec(top)
+    if not here or (found is not None and found.submodule_search_locations is not None):
+        return ep.load()
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if p not in here]
+    try:
+        return ep.load()
+    finally:
+        sys.path[:] = saved
+
+
 def available_rankers() -> list[str]:
     return sorted(_entry_points())
 
@@ -90,7 +123,7 @@ def load_ranker_class(name: str) -> type:
         raise unknown("ranker", name, eps)
     ep = eps[name]
     try:
-        cls = ep.load()
+        cls = _load_entry_point(ep)
     except ImportError as exc:
         raise RBenchError(
             f"ranker {name!r} needs a package that is not installed ({exc}); "
@@ -151,6 +184,9 @@ def _load_from(spec: str) -> RankerRef:
             source = f"module:{where}:{attr}"
     except RBenchError:
         raise
+    except SystemExit as exc:  # sys.exit() in the file would end rbench silently (exit 0): say so
+        raise RBenchError(f"--ranker {spec}: ranker file {where} exited while being imported "
+                          f"(sys.exit({exc.code!r})); a ranker file must only define its classes") from exc
     except ImportError as exc:
         raise RBenchError(f"--ranker {spec}: cannot import {where} ({exc})") from exc
     except Exception as exc:  # an error while running the file: name it, one line
@@ -206,14 +242,42 @@ def ranker_config(cls: type, overrides: dict[str, Any] | None = None, name: str 
                         owner=f"ranker {name or getattr(cls, 'name', cls.__name__)!r}")
 
 
+def _accepted(cls: type) -> set[str]:
+    """Which of ``config`` and ``context`` ``cls``'s ``__init__`` takes: a plain class with no
+    ``__init__`` of its own (README's ``LastItemMarkov``) takes neither."""
+    import inspect
+
+    wanted = {"config", "context"}
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a C type): build it the plugin way
+        return wanted
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return wanted
+    return wanted & {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
+
+
+def build_ranker(cls: type, config: Any, context: RunContext | None, name: str = "") -> Any:
+    """An instance of ranker class ``cls``: with its typed options and run context as far as its
+    ``__init__`` takes them (by keyword), without when it takes neither. An error its ``__init__`` raises (a
+    missing GPU, a bad option it checks itself) is the user's to fix: one line naming it."""
+    label = name or getattr(cls, "name", "") or cls.__name__
+    try:
+        given = {"config": config, "context": context}
+        return cls(**{k: v for k, v in given.items() if k in _accepted(cls)})
+    except ValueError as exc:
+        raise RBenchError(f"ranker {label!r} could not be built: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}") from exc
+
+
 def default_config(cls: type, context: RunContext | None = None) -> dict[str, Any]:
     """What the protocol's ``config`` of a ranker built with default options reports: the
     reference a run's own ``config`` is compared with to find its non-default options."""
-    return dict(cls(config=ranker_config(cls), context=context).config or {})
+    return dict(build_ranker(cls, ranker_config(cls), context).config or {})
 
 
 def make_ranker(name: str, overrides: dict[str, Any] | None = None,
                 context: RunContext | None = None) -> Any:
     """Instantiate ranker ``name`` with ``--set`` overrides checked against its ``Config``."""
     cls = load_ranker_class(name)
-    return cls(config=ranker_config(cls, overrides, name), context=context)
+    return build_ranker(cls, ranker_config(cls, overrides, name), context, name)

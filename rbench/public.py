@@ -80,7 +80,7 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     a ranker class, or an object that follows the contract (``score(queries, candidates)`` or
     ``encode_pool``/``encode_queries``; see README "Writing a ranker plugin") — no packaging
     needed. ``options``: the ranker's options (``--set``), ``task_options`` the task's. ``task``: a
-    name or a ``load_task(...)`` result's ``task``. A RunRecord is written only when
+    task name or a ``load_task(...)`` result's ``spec`` (anything else is refused in one line). A RunRecord is written only when
     ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an
     existing record of the same run is kept (``record.per_query`` is then read from its file)."""
     from rbench.results import read_per_query

@@ -257,6 +257,20 @@ def ensure_writable(directory: Path) -> None:
         raise RBenchError(f"results directory {directory} is not writable ({write_failure(directory, exc)})") from exc
 
 
+def require_target(path: Path, option: str, *, folder: bool = False, suffix: str | None = None) -> None:
+    """Fail before any work when ``path`` (given as ``option``) cannot be written as asked: a
+    file where a folder of its path should be, a folder where the file goes, a name without the
+    ``suffix`` its format needs. Each would otherwise fail only when the result is written."""
+    path = Path(path)
+    if suffix is not None and path.suffix.lower() != suffix:
+        raise RBenchError(f"{option} {path}: expected a {suffix} file name (it is written as {suffix[1:].upper()})")
+    blocker = next((p for p in (path if folder else path.parent, *path.parents) if p.exists() and not p.is_dir()), None)
+    if blocker is not None:
+        raise RBenchError(f"{option} {path}: {blocker} is a file, not a folder")
+    if not folder and path.is_dir():
+        raise RBenchError(f"{option} {path} is a folder; give a file name")
+
+
 def per_query_table(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray):
     """Per-query metrics as a DataFrame: query_id, one column per measure (rounded to 1e-10, as
     the per-query file holds them), rank (the best positive's)."""

@@ -46,7 +46,7 @@ from rbench.engine import (
 from rbench.errors import RBenchError, unknown
 from rbench.hashing import source_digest
 from rbench.metrics import RECORD_MEASURES, aggregate, per_query
-from rbench.plugins import NoOptions, default_config, ranker_config, resolve_ranker
+from rbench.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
 from rbench.pools import Variant, parse_variant
 from rbench.results import (
     RunRecord,
@@ -68,6 +68,8 @@ from rbench.tasks.registry import load, resolve
 
 TASK_PREFIX = "task."
 OVERWRITE = ("only-missing", "always", "never")
+MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
+# beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -117,6 +119,13 @@ class RunOptions(RunSettings):
     rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.rerank)
     rerank_depth: str | int | None = None  # --rerank-depth: N >= 1 or 'all' (default: the ranker's, else 100)
     force: bool = False  # --force: run an exhaustive rerank above the pair budget
+
+    def __post_init__(self) -> None:
+        """The user's ``--topk`` is capped here, not in ``RunSettings``: the plan's own top-k is
+        widened past it by the tied candidates a run file needs (``rbench.runfile.run_width``)."""
+        super().__post_init__()
+        if self.topk > MAX_TOPK:  # the pool size is not known yet; the engine's top-k arrays are (queries, topk)
+            raise RBenchError(f"--topk must be at most {MAX_TOPK:,} (lines per query in the run file), got {self.topk:,}")
 
 
 @dataclass(frozen=True)
@@ -241,7 +250,7 @@ def apply_variant(data: TaskData, variant: Variant, seed: int, source: Task | No
 def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     """Resolve ``opts`` once; unknown names, bad options and bad variants fail here, before any
     data is loaded. ``world``: the processes of the run (default: from the environment)."""
-    task = opts.task if isinstance(opts.task, Task) else resolve(opts.task)
+    task = opts.task if isinstance(opts.task, Task) else resolve(_task_name(opts.task))
     spec = task.spec
     if opts.ann is not None and opts.ann not in ANN_BACKENDS:
         raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
@@ -280,6 +289,16 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
                    ranker_config=config, variant=variant, world=world, rerank=rerank,
                    ranker_source=ref.source, ranker_obj=ref.instance, source=source,
                    **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def _task_name(task: Any) -> str | TaskSpec:
+    """``task`` as ``resolve`` takes it (a name or a spec); anything else (None, a loaded
+    ``TaskData``) is refused in one line saying what is taken, not an error deep in a lookup."""
+    if isinstance(task, (str, TaskSpec)):
+        return task
+    hint = " (pass its .spec.name)" if isinstance(task, TaskData) else ""
+    raise RBenchError(f"task must be a task name such as 'ml-100k' (see rbench.list_tasks()) or a load_task(...) "
+                      f"result's .spec, not {type(task).__name__}{hint}")
 
 
 def transfer_source(variant: Variant, task: Task) -> Task:
@@ -362,7 +381,9 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         ensure_writable(target.parent)
     context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
     ranker = plan.ranker_obj if plan.ranker_obj is not None else \
-        plan.ranker_cls(config=plan.ranker_config, context=context)
+        build_ranker(plan.ranker_cls, plan.ranker_config, context, plan.ranker)
+    if plan.write and world.main:  # the record's own path, as far as it is known before loading
+        _require_record_slot(plan, _identity(plan, ranker, context, plan.max_queries))
     owned = _join(world) if world.launched else False
 
     t0 = time.perf_counter()
@@ -373,6 +394,8 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
     step(1)
+    if plan.write and world.main and max_queries != plan.max_queries:  # the sample changed the file's name
+        _require_record_slot(plan, _identity(plan, ranker, context, max_queries))
     if plan.write and world.main and plan.overwrite != "always":
         kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint,
                          data.info.get("source_fingerprint"), ranker)
@@ -457,6 +480,17 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     # the top-k as asked for (the engine kept the run file's wider one)
     result.topk_index, result.topk_score = result.topk_index[:, : plan.topk], result.topk_score[:, : plan.topk]
     return RunOutcome(record=record, path=path, per_query=values, result=result)
+
+
+def _require_record_slot(plan: RunPlan, diff: dict[str, Any]) -> None:
+    """Refuse, before the work, a RunRecord path that cannot be a file: a folder (or anything
+    but a regular file) standing where the record goes would fail only at the final rename,
+    after the whole run."""
+    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
+                       config_hash(diff) if diff else "")
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise RBenchError(f"the RunRecord {path} is {kind}: move it away (a record is a file)")
 
 
 def _default_config(plan: RunPlan, context: RunContext) -> dict[str, Any]:
