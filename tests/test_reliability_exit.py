@@ -27,15 +27,21 @@ from tests.helpers import cli, make_pool, make_queries, one_line
 ROOT = Path(__file__).resolve().parents[1]
 
 
+def _forbid(monkeypatch, module, name: str, what: str) -> None:
+    """Calling ``module.name`` fails the test: what is checked must be checked before ``what``."""
+
+    def refuse(*_a, **_k):
+        raise AssertionError(f"{what} before the check")
+
+    monkeypatch.setattr(module, name, refuse)
+
+
 @pytest.fixture
 def no_loading(monkeypatch):
     """Loading the task fails the test: what is checked must be checked before it."""
     from rbench import runner
 
-    def refuse(*_a, **_k):
-        raise AssertionError("the task was loaded before the check")
-
-    monkeypatch.setattr(runner, "load", refuse)
+    _forbid(monkeypatch, runner, "load", "the task was loaded")
 
 
 # --------------------------------------------------------------------------------------------
@@ -71,10 +77,7 @@ def test_rbench_home_under_a_file_is_one_line(capsys, tmp_path, monkeypatch):
 def test_reproduce_output_that_is_a_file_is_refused_before_running(capsys, tmp_path, monkeypatch):
     from rbench import reproduce
 
-    def refuse(*_a, **_k):
-        raise AssertionError("the experiment ran before --output was checked")
-
-    monkeypatch.setattr(reproduce, "run", refuse)
+    _forbid(monkeypatch, reproduce, "run", "the experiment ran")
     target = tmp_path / "tables"
     target.write_text("keep me")
     code, _, err = cli(capsys, "reproduce", "smoke", "-q", "--results-dir", str(tmp_path / "r"), "-o", str(target))
@@ -85,10 +88,7 @@ def test_reproduce_output_that_is_a_file_is_refused_before_running(capsys, tmp_p
 def test_qrels_output_under_a_file_is_refused_before_loading(capsys, tmp_path, monkeypatch):
     from rbench.tasks import registry
 
-    def refuse(*_a, **_k):
-        raise AssertionError("the task was loaded before --output was checked")
-
-    monkeypatch.setattr(registry, "load", refuse)
+    _forbid(monkeypatch, registry, "load", "the task was loaded")
     blocker = tmp_path / "f"
     blocker.write_text("x")
     code, _, err = cli(capsys, "data", "qrels", "ml-100k", "-o", str(blocker / "x"))
