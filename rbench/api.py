@@ -267,7 +267,9 @@ class Queries:
     pool indices, shape (n_queries, m). ``exclude`` lists pool indices removed from that query's
     ranking (the user's past interactions, as RecBole's full-sort evaluation does); a positive is
     never excluded. ``history`` is the ordered interaction history (pool indices) for
-    recommendation tasks; ``user_ids`` name the user of each query there.
+    recommendation tasks; ``user_ids`` name the user of each query there. The queries a ranker
+    is scored on reach it as ``unlabelled()`` (``labelled`` False: no positives, grades,
+    exclusions or meta; docs/contract.md).
     """
 
     ids: np.ndarray
