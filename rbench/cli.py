@@ -130,9 +130,10 @@ def run_cmd(
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`), or "
                                       "path/file.py:Class / module:Class; repeat for several."),
     tasks: list[str] = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`); repeat for several."),
-    variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N | from-TASK (fit on TASK, score this task)"),
+    variants: list[str] = typer.Option(["original"], "--variant", help="original | mixed | shift | scaled:N | from-TASK "
+                                       "(fit on TASK, score this task); repeat for several (like -r/-t: one run each)."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value option; task options as task.key=value."),
-    seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training."),
+    seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training (0 to 2**32-1)."),
     max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate a seeded sample of N test queries."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where RunRecords are written."),
     batch_size: int = typer.Option(256, "--batch-size", help="Queries per scoring batch."),
@@ -157,7 +158,7 @@ def run_cmd(
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord(s) as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
-    """Run rankers on tasks (every ranker on every task) and write their RunRecords.
+    """Run rankers on tasks (every ranker on every task, in every --variant) and write their RunRecords.
 
     On several GPUs, launch this same command: ``torchrun --nproc_per_node 4 -m rbench.cli run ...``
     or ``accelerate launch --multi_gpu --num_processes 4 -m rbench.cli run ...``. Every process
@@ -174,7 +175,7 @@ def run_cmd(
                       results_dir=None if no_write else results_dir, batch_size=batch_size, chunk_size=chunk_size,
                       ann=ann, ray_shards=ray_shards, topk=topk, rerank_from=rerank_from, rerank_depth=rerank_depth,
                       force=force, overwrite=overwrite)
-             for r in rankers for t in tasks]
+             for r in rankers for t in tasks for variant in variants]
     main_process = World.from_env().main
     done = []
     for plan in plans:

@@ -143,8 +143,14 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
     recorded label (``original``, ``mixed``, ``scaled:1000``, ...)."""
     import pandas as pd
 
+    from rbench.api import SCENARIOS
+    from rbench.errors import RBenchError, unknown
     from rbench.results import load_records, require_results_dir
 
+    if scenario is not None and scenario not in SCENARIOS:  # it names a folder under results_dir
+        raise unknown("scenario", scenario, SCENARIOS)
+    if task is not None and ("/" in task or "\\" in task):
+        raise RBenchError(f"task {task!r}: expected a task name such as 'ml-100k' (no '/' or '\\')")
     rows = []
     for path, rec in load_records(require_results_dir(Path(results_dir)), scenario):
         if (task and rec.task != task) or (ranker and rec.ranker.get("name") != ranker) \

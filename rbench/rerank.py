@@ -285,6 +285,7 @@ def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
     allowed = None if test.candidates is None else [set(map(int, r)) for r in test.candidates]
     excluded = [set()] * len(test) if test.exclude is None else [set(map(int, e)) for e in test.exclude]
     per: list[dict[int, float]] = [{} for _ in range(len(test))]
+    listed = False  # a line for a test query this run evaluates
     try:
         with _open_text(path) as fh:
             for lineno, line in enumerate(fh, 1):
@@ -305,6 +306,7 @@ def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
                 i = row_of.get(qid)
                 if i is None:  # a query this run does not evaluate (e.g. --max-queries)
                     continue
+                listed = True
                 d = doc_of[doc]
                 if allowed is not None and d not in allowed[i]:
                     raise DataError(f"document {doc!r} is not among query {qid!r}'s candidates", path, lineno)
@@ -314,6 +316,9 @@ def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
                     per[i][d] = value
     except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
         raise DataError(f"cannot read the run file ({type(exc).__name__}: {exc})", path) from exc
+    if not listed:
+        raise DataError(f"lists none of the {len(test):,} test queries evaluated (empty, or another task's "
+                        f"run file?): expected lines 'qid Q0 docid rank score tag' for them", path)
     lists = Ragged.from_rows([list(p) for p in per])
     scores = {(i, d): s for i, p in enumerate(per) for d, s in p.items()}
 

@@ -379,6 +379,10 @@ def _check_record(data: Any, path: Path) -> None:
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise DataError(f"metric {name!r} should be a number, not {json.dumps(value, default=str)[:40]}",
                             path, field="metrics")
+        if value < 0 or value > 1:  # means of per-query values in [0, 1] (NaN is shown as n/a)
+            raise DataError(f"metric {name!r} should be between 0 and 1, not {value!r}", path, field="metrics")
+    if "n_queries" in data and data["n_queries"] < 1:
+        raise DataError(f"should be at least 1, not {data['n_queries']}", path, field="n_queries")
 
 
 def read_record(path: Path) -> RunRecord:

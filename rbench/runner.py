@@ -68,6 +68,7 @@ from rbench.tasks.registry import load, resolve
 
 TASK_PREFIX = "task."
 OVERWRITE = ("only-missing", "always", "never")
+SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
 MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
 # beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
 
@@ -104,6 +105,8 @@ class RunSettings:
             if value < least:
                 raise RBenchError(f"{flag} must be at least {least}, got {value}"
                                   + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
+            if flag == "--seed" and value >= SEED_LIMIT:  # numpy/torch seeds keep 32 bits: 2**32 apart = one split
+                raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
         if self.overwrite not in OVERWRITE:
             raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
 
@@ -260,6 +263,7 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     first_sets = {k[len(FIRST_PREFIX):]: v for k, v in ranker_sets.items() if k.startswith(FIRST_PREFIX)}
     ranker_sets = {k: v for k, v in ranker_sets.items() if not k.startswith(FIRST_PREFIX)}
     ref = resolve_ranker(opts.ranker)
+    _check_ranker_name(ref.name)
     cls = ref.cls
     if ref.instance is not None and ranker_sets:
         raise RBenchError("options (--set) configure a ranker built by rbench; a ready-made ranker object "
@@ -289,6 +293,14 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
                    ranker_config=config, variant=variant, world=world, rerank=rerank,
                    ranker_source=ref.source, ranker_obj=ref.instance, source=source,
                    **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def _check_ranker_name(name: str) -> None:
+    """A ranker's name names its RunRecord file (``rbench.results.record_path``): one starting with
+    '.' is a hidden file ``rbench table`` skips, one with a path separator a file elsewhere."""
+    if name.startswith(".") or "/" in name or "\\" in name:
+        raise RBenchError(f"ranker name {name!r} cannot name its RunRecord file: expected a name that does not "
+                          f"start with '.' and has no '/' or '\\' (set the class's `name`)")
 
 
 def _task_name(task: Any) -> str | TaskSpec:
