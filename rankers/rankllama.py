@@ -8,8 +8,8 @@ Setup, as its authors release it (``castorini/rankllama-v1-7b-lora-passage``):
   (default ``meta-llama/Llama-2-7b-hf``) plus the peft LoRA ``adapter`` (default
   ``castorini/rankllama-v1-7b-lora-passage``), merged into the weights once loaded.
   ``adapter=""`` scores with the base model alone. Either option takes a local folder; ``base``
-  also takes a ``.gguf`` file or the offline alias ``smollm2-135m`` (the SmolLM2-135M GGUF laid
-  out by ``../shared/tools/get-offline-models.sh``; its classification head is then random).
+  also takes a ``.gguf`` file or the offline alias ``smollm2-135m`` (the SmolLM2-135M GGUF at
+  ``~/.cache/rbench-models/SmolLM2-135M-Instruct.Q4_1.gguf``; its classification head is then random).
 - Input: the pair (``query: {q}</s>``, ``document: {d}</s>``) through the tokenizer (which adds
   its BOS), ``</s>`` being the tokenizer's EOS token; truncated to ``max_length`` tokens
   (``only_second`` first: the document is cut before the query).

