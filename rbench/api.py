@@ -8,6 +8,7 @@ queries never become millions of Python lists.
 
 from __future__ import annotations
 
+import copy
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -204,12 +205,6 @@ def _private(a: np.ndarray) -> np.ndarray:
     return out
 
 
-def _deep_copy(value: Any) -> Any:
-    import copy
-
-    return copy.deepcopy(value)
-
-
 # --------------------------------------------------------------------------------------------
 # Pool and queries
 # --------------------------------------------------------------------------------------------
@@ -324,10 +319,9 @@ class Queries:
     def private_copy(self) -> Queries:
         """A labelled copy whose arrays are private and read-only (train and valid as ``fit``
         receives them: changing them cannot change what the harness holds)."""
-        copy = lambda xs: _private(xs)  # noqa: E731
         rag = lambda r: Ragged(_private(r.offsets), _private(r.values))  # noqa: E731
-        out = self._select(copy, list, rag)
-        out.meta = _deep_copy(self.meta)
+        out = self._select(_private, list, rag)
+        out.meta = copy.deepcopy(self.meta)
         return out
 
     def take(self, rows: np.ndarray) -> Queries:
@@ -408,7 +402,7 @@ class TaskData:
         return TaskData(spec=self.spec, pool=self.pool.for_ranker(), train=self.train.private_copy(),
                         valid=self.valid.private_copy(), test=self.test.unlabelled(), variant=self.variant,
                         train_pool=self.train_pool.for_ranker() if self.train_pool is not None else None,
-                        info=_deep_copy(self.info), train_spec=self.train_spec)
+                        info=copy.deepcopy(self.info), train_spec=self.train_spec)
 
 
 # --------------------------------------------------------------------------------------------
