@@ -8,7 +8,7 @@ in ``rbench.public``, whose module level imports nothing heavy, so ``import rben
 
 import os as _os
 
-__version__ = "0.1.0"
+__version__ = "0.2.0"  # follows releases; what a record's numbers depend on is rbench.protocol
 
 # OpenBLAS (numpy's BLAS) keeps its worker threads spinning for ~0.1 s of CPU after every call
 # (2^28 cycles, its default), on the cores that the engine's numba scan (rbench.fused) needs

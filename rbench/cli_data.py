@@ -43,6 +43,8 @@ from rbench.atomic import remove_path, remove_stale, scratch_dir, swap_in
 from rbench.console import console, description_column, styled
 from rbench.errors import DataError, RBenchError
 from rbench.inputs import read_json
+from rbench.sources import from_source, write_provenance
+from rbench.sources import source_name as check_source_name
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
 out, err = console(), console(stderr=True)  # user text printed as it is (rbench.console)
@@ -168,7 +170,8 @@ def _within(path: Path, root: Path) -> bool:
 
 
 @contextlib.contextmanager
-def linked_from(source: Path, raw: Path) -> Iterator[tuple[str, list[str]]]:
+def linked_from(source: Path, raw: Path, spec: TaskSpec | None = None,
+                name: str | None = None) -> Iterator[tuple[str, list[str]]]:
     """Replace ``raw``'s contents by links to ``source`` (see module doc) for the block; yields
     (how, names). The previous raw folder is kept aside until the block succeeds (the task was
     prepared from the new files) and put back when it fails, so a bad ``--from`` never breaks a
@@ -197,6 +200,8 @@ def linked_from(source: Path, raw: Path) -> Iterator[tuple[str, list[str]]]:
                     shutil.copytree(entry, staged / entry.name)
                 else:
                     shutil.copy2(entry, staged / entry.name)
+        if spec is not None:
+            write_provenance(staged, from_source(spec, entries, name))
         old = swap_in(staged, raw)
     try:
         yield how, [e.name for e in entries]
@@ -242,6 +247,9 @@ def size_rows(data: Any) -> list[tuple[str, Any, Any]]:
 def prepare_cmd(
     task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
     from_path: Optional[Path] = typer.Option(None, "--from", help="File or folder holding the task's raw files."),
+    name: Optional[str] = typer.Option(None, "--source-name", help="What the --from files are (e.g. 'Last.fm "
+                                       "(hetrec2011)'): tables name it beside the task, as for any data that is "
+                                       "not the task's own source."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Task option as task.key=value (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed for sampling and splits."),
     as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON."),
@@ -252,6 +260,9 @@ def prepare_cmd(
 
     resolved = resolve(task)
     spec = resolved.spec
+    source_name = check_source_name(name) if name is not None else None
+    if source_name is not None and from_path is None:
+        raise RBenchError("--source-name names the files of --from: give --from DIR too")
     overrides = _task_sets(sets)
     options = resolved.options(overrides)  # a bad option fails before anything is linked or loaded
     if from_path is not None:
@@ -262,7 +273,7 @@ def prepare_cmd(
     before = {m.get("key") for m in store.entries(task)}
     with contextlib.ExitStack() as stack:
         if from_path is not None:
-            how, names = stack.enter_context(linked_from(from_path, paths.raw_dir(task)))
+            how, names = stack.enter_context(linked_from(from_path, paths.raw_dir(task), spec, source_name))
             if not as_json:
                 out.print(f"{how} {', '.join(names)} into {paths.raw_dir(task)}", soft_wrap=True, highlight=False)
         with Progress(SpinnerColumn(), description_column(), TimeElapsedColumn(), console=err,
@@ -399,7 +410,9 @@ def qrels_cmd(
     task: str = typer.Argument(..., help="Task name (see `rbench tasks`)."),
     split: str = typer.Option("test", "--split", help="train | valid | test"),
     variant: str = typer.Option("original", "--variant", help="original | mixed | shift | scaled:N | from-TASK (its pool's ids)"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Write here (.gz: gzipped); default stdout."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="Write here (.gz: gzipped); default stdout. "
+                                         "A folder (existing, or ending in /): <task>[~variant].<split>.qrels.txt "
+                                         "inside it; no suffix: .txt is added. The path written is printed."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="Task option as task.key=value (repeatable)."),
     seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and variants (as `rbench run`)."),
 ) -> None:
@@ -415,24 +428,26 @@ def qrels_cmd(
 
     if split not in ("train", "valid", "test"):
         raise RBenchError(f"--split must be train, valid or test, not {split!r}")
+    target = None
     if output is not None:  # before the task is loaded
-        from rbench.results import require_target
+        from rbench.outputs import output_file
 
-        require_target(output, "--output")
+        shown = "" if variant == "original" else f"~{variant.replace(':', '-')}"
+        target = output_file(output, f"{task}{shown}.{split}.qrels.txt", ".txt")
     resolved = resolve(task)
     options = resolved.options(_task_sets(sets))
     v = parse_variant(variant)
     data = apply_variant(load(resolved, options, seed=seed), v, seed)
     pool = data.pool if split == "test" else data.fit_pool  # a variant replaces the test pool only
     text = qrels_text(getattr(data, split), pool.ids)
-    if output is None:
+    if target is None:
         sys.stdout.write(text)
         return
     raw = text.encode()
-    if output.name.endswith(".gz"):
+    if target.name.endswith(".gz"):
         buf = io.BytesIO()
         with gzip.GzipFile(fileobj=buf, mode="wb", mtime=0, filename="") as gz:
             gz.write(raw)
         raw = buf.getvalue()
-    atomic_write_bytes(output, raw)
-    err.print(f"{len(getattr(data, split)):,} queries' qrels written to {output}", soft_wrap=True, highlight=False)
+    atomic_write_bytes(target, raw)
+    err.print(f"{len(getattr(data, split)):,} queries' qrels written to {target}", soft_wrap=True, highlight=False)

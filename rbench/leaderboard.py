@@ -25,8 +25,10 @@ from typing import Any
 
 from rbench.budget import BUDGET_FIELDS, budget_cells, budget_raw, training_budget
 from rbench.errors import RBenchError, unknown
+from rbench.markdown import code_span
 from rbench.markdown import row as md_row
 from rbench.pools import Variant, parse_variant
+from rbench.protocol import PROTOCOL_VERSION
 from rbench.results import ColumnKey, RowKey, RunRecord, finite, load_records, require_results_dir
 from rbench.tasks.registry import paper_tasks
 
@@ -54,6 +56,7 @@ class Leaderboard:
     alpha: float = 0.05
     deltas: dict[Cell, float] = field(default_factory=dict)  # variant vs original, relative MRR
     labels: dict[RowKey | ColumnKey, str] = field(default_factory=dict)  # rendered names
+    foreign: dict[ColumnKey, str] = field(default_factory=dict)  # columns not on the task's own data
 
     def label(self, key: RowKey | ColumnKey) -> str:
         """The rendered name of a row or a column."""
@@ -83,11 +86,22 @@ class Leaderboard:
                  for t, m, _ in self.metric_columns()] for r in self.rows]
         return pd.DataFrame(data, index=pd.Index([self.label(r) for r in self.rows], name="ranker"), columns=cols)
 
+    def other_protocol(self) -> set[Cell]:
+        """Cells whose record was computed under another evaluation protocol (``rbench.protocol``;
+        0: before records carried one): shown with ``†``, left out of best/second, the ``▽`` floor
+        and the significance tests, since their numbers may not be comparable."""
+        return {cell for cell, rec in self.records.items() if cell in self.cells and rec.protocol != PROTOCOL_VERSION}
+
+    def compared(self, task: ColumnKey, metric: str) -> list[RowKey]:
+        """The rows of a column that take part in its comparisons: a finite value, this protocol."""
+        old = self.other_protocol()
+        return [r for r in self.rows if finite(self.value(r, task, metric)) and (r, task) not in old]
+
     def rank_marks(self) -> dict[tuple[RowKey, ColumnKey, str], str]:
         """(row, column, metric) -> 'best' | 'second'."""
         marks: dict[tuple[RowKey, ColumnKey, str], str] = {}
         for task, metric, _ in self.metric_columns():
-            shown = [r for r in self.rows if finite(self.value(r, task, metric))]
+            shown = self.compared(task, metric)
             vals = sorted({round(self.cells[(r, task)][metric], 6) for r in shown}, reverse=True)
             for r in shown:
                 v = round(self.cells[(r, task)][metric], 6)
@@ -101,11 +115,12 @@ class Leaderboard:
         """(row, column) cells whose MRR does not beat the popularity floor of that column."""
         out = set()
         for task in self.tasks:
+            rows = self.compared(task, "RR")
             pop = self.value(POP, task, "RR")
-            if not finite(pop):
+            if POP not in rows or not finite(pop):
                 continue
-            for r in self.rows:
-                if r in (POP, RANDOM) or not finite(self.value(r, task, "RR")):
+            for r in rows:
+                if r in (POP, RANDOM):
                     continue
                 if self.cells[(r, task)]["RR"] <= pop:
                     out.add((r, task))
@@ -127,7 +142,7 @@ class Leaderboard:
 
         out: dict[tuple[RowKey, ColumnKey, str], float] = {}
         for task, metric, _ in self.metric_columns():
-            rows = [r for r in self.rows if finite(self.value(r, task, metric))]
+            rows = self.compared(task, metric)
             if len(rows) < 2:
                 continue
             best = max(rows, key=lambda r: self.cells[(r, task)][metric])
@@ -249,14 +264,28 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
             newest[row] = rec
     labels = _row_labels(newest)
     tasks = _task_order({t for _, t in cells})
-    labels.update({t: t.label for t in tasks})
+    foreign = _foreign_data(records)
+    labels.update({t: f"{t.label} [data: {foreign[t]}]" if t in foreign else t.label for t in tasks})
     rows = _row_order({r for r, _ in cells}, labels)
     deltas = {}
     for (row, col), metrics in cells.items():
         base = _original_of(records[(row, col)], originals.get((row, col.original()), {}))
         if base is not None and finite(base.metrics["RR"]) and base.metrics["RR"] and finite(metrics["RR"]):
             deltas[(row, col)] = (metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]
-    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels)
+    return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels,
+                       foreign=foreign)
+
+
+def _foreign_data(records: dict[Cell, RunRecord]) -> dict[ColumnKey, str]:
+    """Columns built from data that is not the task's own source (``rbench.sources.DataSource``,
+    recorded in ``task_info.data_source``): column -> what the data is, so a reader never takes
+    Last.fm for the paper's Amazon CDs. Records that say nothing (written before) add nothing."""
+    names: dict[ColumnKey, set[str]] = {}
+    for (_, col), rec in records.items():
+        src = rec.task_info.get("data_source")
+        if isinstance(src, dict) and src.get("own") is False and isinstance(src.get("name"), str):
+            names.setdefault(col, set()).add(" ".join(src["name"].split())[:80])
+    return {col: " / ".join(sorted(n)) for col, n in names.items()}
 
 
 def _wanted_variant(want: str, loaded: list[tuple[Path, RunRecord]]) -> str:
@@ -322,6 +351,8 @@ def _cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks, below, sig, s
         s += "*"
     if (r, t) in below and m == "RR":
         s += " ▽"
+    if (r, t) in lb.other_protocol():
+        s += " †"
     mark = marks.get((r, t, m))
     if style == "md":
         return f"**{s}**" if mark == "best" else f"<u>{s}</u>" if mark == "second" else s
@@ -362,7 +393,7 @@ def budget_markdown(lb: Leaderboard) -> list[str]:
 
 
 def paper_markdown(lb: Leaderboard) -> list[str]:
-    ref = paper_reference(lb.scenario, lb.variant, lb.tasks)
+    ref = paper_reference(lb.scenario, lb.variant, [t for t in lb.tasks if t not in lb.foreign])
     if not ref:
         if any(t.task == "ml-100k" for t in lb.tasks):
             return ["", "No reference numbers: the paper's Rec-Movie is MovieLens 1M (`rec-movie`), not ml-100k; "
@@ -382,7 +413,7 @@ def paper_markdown(lb: Leaderboard) -> list[str]:
     return lines
 
 
-def to_markdown(lb: Leaderboard, paper: bool = False) -> str:
+def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = "results") -> str:
     marks, below, sig = lb.rank_marks(), lb.below_pop(), lb.significance()
     title = f"# rbench leaderboard: {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
     if not lb.rows:
@@ -394,8 +425,13 @@ def to_markdown(lb: Leaderboard, paper: bool = False) -> str:
     for r in lb.rows:
         lines.append(md_row([lb.label(r)] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]))
     lines += ["", FOOTER]
+    old = sorted({lb.records[c].protocol for c in lb.other_protocol()})
+    if old:
+        lines += ["", f"`†`: computed under evaluation protocol {', '.join(map(str, old))} (this rbench: "
+                  f"{PROTOCOL_VERSION}; 0 = before records carried one); not compared (no bold, `*` or `▽`). "
+                  "Re-run it to compare: `rbench run ... --overwrite always`."]
     lines += budget_markdown(lb)
-    lines += ["", "Generated by `rbench table` from the RunRecords in `results/`."]
+    lines += ["", f"Generated by `rbench table` from the RunRecords in {code_span(str(results_dir).rstrip('/') + '/')}."]
     if paper:
         lines += paper_markdown(lb)
     lines.append("")
@@ -406,7 +442,7 @@ def to_csv(lb: Leaderboard) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
     w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR", "delta_MRR_percent",
-                *(k for k, _, _ in BUDGET_FIELDS)])
+                *(k for k, _, _ in BUDGET_FIELDS), "protocol"])
     for r in lb.rows:
         for t in lb.tasks:
             if (r, t) in lb.cells:
@@ -414,7 +450,8 @@ def to_csv(lb: Leaderboard) -> str:
                 delta = f"{100 * lb.deltas[(r, t)]:.2f}" if (r, t) in lb.deltas else ""
                 rec = lb.records.get((r, t))
                 budget = budget_raw(training_budget(rec) if rec is not None else None)
-                w.writerow([lb.label(r), lb.label(t), _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta, *budget])
+                w.writerow([lb.label(r), lb.label(t), _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta, *budget,
+                            rec.protocol if rec is not None else ""])
     return buf.getvalue()
 
 
@@ -424,7 +461,8 @@ def to_json(lb: Leaderboard) -> str:
              **{label: round(100 * lb.cells[(r, t)][m], 4) if finite(lb.cells[(r, t)][m]) else None
                 for m, label in SHOWN},
              **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {}),
-             **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {})}
+             **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {}),
+             **({"protocol": lb.records[(r, t)].protocol} if (r, t) in lb.records else {})}
             for r in lb.rows for t in lb.tasks if (r, t) in lb.cells]
     return json.dumps({"scenario": lb.scenario, "variant": lb.variant, "rows": rows}, indent=2) + "\n"
 

@@ -133,7 +133,7 @@ def list_rankers() -> list[str]:
 
 
 RESULT_COLUMNS = ("scenario", "task", "variant", "column", "ranker", "label", "config_hash", "measure", "value",
-                  "n_queries", "seed", "task_fingerprint", "rbench_version", "created", "path")
+                  "n_queries", "seed", "task_fingerprint", "rbench_version", "protocol", "created", "path")
 
 
 def load_results(results_dir: str | Path = "results", scenario: str | None = None, task: str | None = None,
@@ -161,7 +161,8 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
                          "column": rec.column, "ranker": rec.ranker.get("name"), "label": rec.label,
                          "config_hash": rec.config_hash, "measure": measure, "value": value,
                          "n_queries": rec.n_queries, "seed": rec.seed, "task_fingerprint": rec.task_fingerprint,
-                         "rbench_version": rec.rbench_version, "created": rec.created, "path": str(path)})
+                         "rbench_version": rec.rbench_version, "protocol": rec.protocol, "created": rec.created,
+                         "path": str(path)})
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 

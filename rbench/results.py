@@ -36,12 +36,13 @@ from typing import Any
 import numpy as np
 
 import rbench
-from rbench.atomic import atomic_write_bytes
+from rbench.atomic import atomic_write_bytes, locked
 from rbench.config import config_hash
 from rbench.errors import DataError, RBenchError, write_failure
 from rbench.inputs import read_capped, read_json, size_text
 from rbench.metrics import TIE_RULE
 from rbench.pools import Variant, parse_variant
+from rbench.protocol import PROTOCOL_VERSION
 
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
@@ -125,6 +126,7 @@ class RunRecord:
     peak_rss_bytes: int
     tie_rule: str = TIE_RULE
     rbench_version: str = rbench.__version__
+    protocol: int = PROTOCOL_VERSION  # rbench.protocol; a record that lacks it reads as 0 (written before it)
     git_commit: str = ""
     created: str = ""
     task_options: dict[str, Any] = field(default_factory=dict)
@@ -316,29 +318,38 @@ def _per_query_files(path: Path, suffix: str = PER_QUERY_SUFFIX) -> list[Path]:
 def write_run(record: RunRecord, path: Path, per_query: bytes | None, run: bytes | None = None) -> Path:
     """Write a run's per-query file and run file (``run``: ``rbench.runfile.run_file_bytes``), then its record,
     so that the three always match: each file is named by its content hash, which the record
-    holds; the record is published last by one rename; only then are the files of the record it
-    replaced removed. An interrupt at any point leaves the previous set, or the new one (plus at
-    worst unreferenced files, removed by the next write of this record)."""
+    holds; the record is published last by one rename; only then are the side files that the
+    record now at ``path`` does not name removed. An interrupt at any point leaves the previous
+    set, or the new one (plus at worst unreferenced files, removed by the next write of this
+    record).
+
+    Concurrent writers of the same record (two ``rbench run`` of the same ranker and task) take
+    turns: the whole sequence holds an exclusive lock on the record's folder (``atomic.locked``,
+    no lock file), so a writer's side files can never be removed between their writing and the
+    publication of the record that names them; the last writer wins whole, with its own files.
+    A killed writer releases the lock with its process; its side files are swept by the next."""
     path = Path(path)
-    earlier = _per_query_files(path) + _per_query_files(path, RUN_SUFFIX)
     stem = path.name[: -len(RECORD_SUFFIX)]
     record.per_query_file, record.per_query_sha256 = "", ""
     record.run_file, record.run_sha256 = "", ""
-    if per_query is not None:
-        digest = hashlib.sha256(per_query).hexdigest()
-        pq = path.with_name(f"{stem}.{digest[:12]}{PER_QUERY_SUFFIX}")
-        atomic_write_bytes(pq, per_query)
-        record.per_query_file, record.per_query_sha256 = pq.name, digest
-    if run is not None:
-        digest = hashlib.sha256(run).hexdigest()
-        rf = path.with_name(f"{stem}.{digest[:12]}{RUN_SUFFIX}")
-        atomic_write_bytes(rf, run)
-        record.run_file, record.run_sha256 = rf.name, digest
-    atomic_write_bytes(path, record.to_json().encode())
-    for old in earlier:
-        if old.name not in (record.per_query_file, record.run_file):
-            with contextlib.suppress(OSError):
-                old.unlink()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with locked(path.parent):
+        if per_query is not None:
+            digest = hashlib.sha256(per_query).hexdigest()
+            pq = path.with_name(f"{stem}.{digest[:12]}{PER_QUERY_SUFFIX}")
+            atomic_write_bytes(pq, per_query)
+            record.per_query_file, record.per_query_sha256 = pq.name, digest
+        if run is not None:
+            digest = hashlib.sha256(run).hexdigest()
+            rf = path.with_name(f"{stem}.{digest[:12]}{RUN_SUFFIX}")
+            atomic_write_bytes(rf, run)
+            record.run_file, record.run_sha256 = rf.name, digest
+        atomic_write_bytes(path, record.to_json().encode())
+        keep = {record.per_query_file, record.run_file}
+        for old in _per_query_files(path) + _per_query_files(path, RUN_SUFFIX):
+            if old.name not in keep:
+                with contextlib.suppress(OSError):
+                    old.unlink()
     return path
 
 
@@ -346,7 +357,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "task": ((str,), "a string"), "scenario": ((str,), "a string"), "variant": ((str,), "a string"),
     "task_fingerprint": ((str,), "a string"), "ranker": ((dict,), "an object"),
     "metrics": ((dict,), "an object"), "seed": ((int,), "an integer"), "n_queries": ((int,), "an integer"),
-    "created": ((str,), "a string"), "config_hash": ((str,), "a string"),
+    "created": ((str,), "a string"), "config_hash": ((str,), "a string"), "protocol": ((int,), "an integer"),
     "per_query_file": ((str,), "a string"), "per_query_sha256": ((str,), "a string"),
     "run_file": ((str,), "a string"), "run_sha256": ((str,), "a string"),
     "timings": ((dict,), "an object"), "task_options": ((dict,), "an object"),
@@ -394,7 +405,7 @@ def read_record(path: Path) -> RunRecord:
     data = read_json(path, "a RunRecord")
     _check_record(data, path)
     known = set(RunRecord.__dataclass_fields__)
-    return RunRecord(**{k: v for k, v in data.items() if k in known})
+    return RunRecord(**{"protocol": 0, **{k: v for k, v in data.items() if k in known}})
 
 
 def require_results_dir(results_dir: Path) -> Path:

@@ -33,6 +33,7 @@ import numpy as np
 from rbench import fused, paths
 from rbench.ann import BACKENDS as ANN_BACKENDS
 from rbench.api import RunContext, TaskData, TaskSpec
+from rbench.atomic import remove_stale
 from rbench.config import config_dict, config_hash, non_default, plain_config
 from rbench.engine import (
     EvalResult,
@@ -48,6 +49,7 @@ from rbench.hashing import source_digest
 from rbench.metrics import RECORD_MEASURES, aggregate, per_query
 from rbench.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
 from rbench.pools import Variant, parse_variant
+from rbench.protocol import PROTOCOL_VERSION
 from rbench.results import (
     RunRecord,
     ensure_writable,
@@ -391,6 +393,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     if plan.write and world.main:  # the exact folder the record goes to, before any work
         target = record_path(plan.results_dir, spec.scenario, _task_key(spec.name, plan.variant), plan.ranker, "")
         ensure_writable(target.parent)
+        remove_stale(target.parent)  # temporaries of killed runs (a live writer's are younger: kept)
     context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
     ranker = plan.ranker_obj if plan.ranker_obj is not None else \
         build_ranker(plan.ranker_cls, plan.ranker_config, context, plan.ranker)
@@ -538,9 +541,8 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
     (``never``: whenever it exists; ``only-missing``: when the ranker's version, source digest
     and effective config, the task fingerprint (and a transfer's source fingerprint) and the
-    rbench version are this run's: a record written before the digest was recorded is run
-    again); None: run."""
-    import rbench
+    evaluation protocol (``rbench.protocol``) are this run's: a record written before the digest
+    or the protocol was recorded is run again); None: run."""
 
     path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
                        config_hash(diff) if diff else "")
@@ -552,7 +554,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
         rec = read_record(path)
     except RBenchError:
         return None  # a damaged record is replaced
-    same = (rec.task_fingerprint == fingerprint and rec.rbench_version == rbench.__version__
+    same = (rec.task_fingerprint == fingerprint and rec.protocol == PROTOCOL_VERSION
             and _same_ranker(rec.ranker, ranker)
             and rec.task_info.get("source_fingerprint") == source_fingerprint
             and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
@@ -561,7 +563,8 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
             and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann))
 
     return RunOutcome(record=rec, path=path, per_query={},
-                      skipped="same config, data and rbench version (--overwrite only-missing)") if same else None
+                      skipped=f"same ranker, config, data and evaluation protocol {PROTOCOL_VERSION} "
+                              "(--overwrite only-missing)") if same else None
 
 
 def _same_ranker(recorded: dict[str, Any], ranker: Any) -> bool:

@@ -47,7 +47,8 @@ def test_prepare_from_a_folder_links_prepares_once_and_shows_sizes(tmp_path, cap
     code, out, err = run(capsys, "data", "prepare", "esci", "--from", str(src))
     assert code == 0, err
     raw = paths.raw_dir("esci")
-    assert sorted(os.listdir(raw)) == ["shopping_queries_dataset_examples.parquet",
+    assert sorted(os.listdir(raw)) == [".source.json",  # what the files are (rbench.sources.DataSource)
+                                       "shopping_queries_dataset_examples.parquet",
                                        "shopping_queries_dataset_products.parquet"]
     assert (raw / "shopping_queries_dataset_examples.parquet").is_symlink()
     assert "symlinked" in out and "prepared:" in out and "4,000" in out and "3,999" in out  # paper sizes
@@ -107,7 +108,8 @@ def test_download_then_prepare_from_the_loopback_server(capsys, monkeypatch, tmp
     code, out, err = run(capsys, "data", "download", "esci", "--quiet")
     assert code == 0, err
     assert "installed into" in out and f"sha256 {table[0].sha256} (checked)" in out
-    assert sorted(os.listdir(paths.raw_dir("esci"))) == [t.filename for t in table]
+    assert sorted(os.listdir(paths.raw_dir("esci"))) == [".source.json", *(t.filename for t in table)]
+    assert json.loads((paths.raw_dir("esci") / ".source.json").read_text())["own"] is True  # the task's own data
     code, out, err = run(capsys, "data", "prepare", "esci", "--json")
     assert code == 0 and json.loads(out)["sizes"]["pool (candidates)"]["prepared"] == 11
     code, out, _ = run(capsys, "data", "list", "--json")
@@ -160,10 +162,11 @@ def test_a_failed_prepare_from_keeps_the_working_raw_data(tmp_path, capsys):
     code, _, err = run(capsys, "data", "prepare", "esci", "--from", str(good), "--json")
     assert code == 0, err
     raw = paths.raw_dir("esci")
-    before = sorted((p.name, os.readlink(p)) for p in raw.iterdir())
+    before = sorted((p.name, os.readlink(p) if p.is_symlink() else p.read_text()) for p in raw.iterdir())
     code, _, err = run(capsys, "data", "prepare", "esci", "--from", str(bad))
     assert code == 2 and "Traceback" not in err
-    assert sorted((p.name, os.readlink(p)) for p in raw.iterdir()) == before  # the old links are back
+    assert sorted((p.name, os.readlink(p) if p.is_symlink() else p.read_text())
+                  for p in raw.iterdir()) == before  # the old links (and their provenance note) are back
     assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []  # no temporaries
     code, _, err = run(capsys, "data", "prepare", "esci", "--json")
     assert code == 0, err

@@ -18,7 +18,8 @@ ROOT = Path(__file__).resolve().parents[1] / "rbench"
 # A new module must be given a layer here; that is the point of listing them.
 LAYERS: list[tuple[str, ...]] = [
     ("rbench.tasks", "rbench.api", "rbench._gemm_kernel", "rbench._fused_kernel", "rbench.errors", "rbench.paths",
-     "rbench.hashing", "rbench.significance", "rbench.atomic", "rbench.inputs", "rbench.console", "rbench.markdown"),
+     "rbench.hashing", "rbench.significance", "rbench.atomic", "rbench.inputs", "rbench.console", "rbench.markdown",
+     "rbench.protocol"),
     ("rbench.config", "rbench.columns", "rbench.metrics", "rbench.sharded", "rbench.fused"),
     ("rbench.engine", "rbench.embeddings", "rbench.plugins", "rbench.tasks.family", "rbench.tasks.kit"),
     ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed", "rbench.runfile"),

@@ -170,7 +170,7 @@ def test_records_without_budgets_show_no_footnote(tmp_path):
     _write(tmp_path, "sasrec", "ml-100k", [0.6, 0.3], ranker_info={"epochs_run": 3})  # an older record
     lb = build(tmp_path, "large")
     assert "Training budgets" not in to_markdown(lb) and rich_budget_table(lb) is None
-    assert to_csv(lb).splitlines()[0].endswith("selection")
+    assert to_csv(lb).splitlines()[0].endswith("selection,protocol")
 
 
 def test_rows_are_configurations_and_labels_come_from_the_records(tmp_path, monkeypatch):

@@ -333,7 +333,7 @@ def test_download_task_installs_archives_extracted_and_files_linked(server, monk
                                sha256=sha(pbody)),))
     raw = sources.download_task(get_task("rec-movie"))
     assert raw == paths.raw_dir("rec-movie")
-    assert folder_files(raw) == ["ml-1m"]
+    assert folder_files(raw) == [".source.json", "ml-1m"]
     assert folder_files(raw / "ml-1m") == ["movies.dat", "ratings.dat", "users.dat"]
     assert (raw / "ml-1m" / "movies.dat").read_bytes().decode("latin-1").startswith("1193::One Flew")
     assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []  # no temp folders

@@ -9,11 +9,14 @@ a built-in name.
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any
 
+from rbench import paths
 from rbench.api import Pool, TaskData, TaskSpec
 from rbench.errors import RBenchError, unknown
+from rbench.sources import DataSource, read_provenance
 from rbench.tasks import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
 
@@ -108,10 +111,21 @@ def load(task: Task, options: Any, seed: int = 0) -> TaskData:
         raise RBenchError(f"task {task.name!r}: data {detail}" if detail.startswith("not present")
                           else f"task {task.name!r}: data not present: {detail}")
     if not task.family.cached:  # ships inside an installed package and loads in ~0.5 s
-        return task.family.load(task.spec, options, seed)
-    from rbench import store  # prepared once, memory-mapped afterwards
+        data = task.family.load(task.spec, options, seed)
+    else:
+        from rbench import store  # prepared once, memory-mapped afterwards
 
-    return store.load_cached(task, options, seed)
+        data = store.load_cached(task, options, seed)
+    return dataclasses.replace(data, info={**data.info, "data_source": data_source(task).as_info()})
+
+
+def data_source(task: Task) -> DataSource:
+    """What the task was built from: its declared source for data a package ships or an import
+    holds (nothing to link), else what the raw folder's provenance note says (``rbench.sources``)."""
+    if task.spec.embedded or not task.family.links_from:
+        return DataSource(task.spec.sources[0].name if task.spec.sources else task.name, own=True,
+                          how="imported" if task.family.name == "imported" else "ships with a package")
+    return read_provenance(task.spec, paths.raw_dir(task.name))
 
 
 def load_task(name: str | TaskSpec | Task, options: dict[str, Any] | None = None, seed: int = 0) -> TaskData:
