@@ -34,6 +34,7 @@ The API:
 from __future__ import annotations
 
 import contextlib
+import errno
 import os
 import shutil
 import tempfile
@@ -198,7 +199,8 @@ def locked(path: Path | str) -> Iterator[None]:
     """Hold an exclusive advisory lock on ``path`` for the block: one writer at a time for files
     that keep a stable name so that they can be resumed. ``path`` is an existing folder (locked
     itself: no lock file appears in it) or a lock file (created if missing). POSIX ``flock``;
-    elsewhere no lock. Waiters block until the holder leaves the block or dies."""
+    elsewhere (or on a file system that has no locks) no lock. Waiters block until the holder
+    leaves the block or dies."""
     try:
         import fcntl
     except ImportError:  # pragma: no cover - non-POSIX
@@ -211,7 +213,11 @@ def locked(path: Path | str) -> Iterator[None]:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError as exc:  # a file system without locks (some network or FUSE mounts): as elsewhere
+            if exc.errno not in (errno.ENOLCK, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EINVAL):
+                raise
         yield  # closing the descriptor releases the lock
     finally:
         os.close(fd)
@@ -236,6 +242,9 @@ def remove_stale(directory: Path | str, older_than_s: float = STALE_AFTER_S) -> 
         except FileNotFoundError:
             continue
         if age >= older_than_s:
-            remove_path(entry)
+            try:  # a clean-up: one it may not remove (another user's, in a shared folder) stays
+                remove_path(entry)
+            except OSError:
+                continue
             gone.append(entry.name)
     return sorted(gone)

@@ -140,7 +140,7 @@ def run_cmd(
     chunk_size: int = typer.Option(65536, "--chunk-size", help="Candidates per scoring chunk."),
     no_write: bool = typer.Option(False, "--no-write", help="Do not write a RunRecord."),
     overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing: skip a run whose RunRecord "
-                                  "exists with the same effective config, data and rbench version; always: run "
+                                  "exists with the same ranker (version, code, config), data and evaluation protocol; always: run "
                                   "and replace it; never: skip whenever it exists."),
     ann: Optional[str] = typer.Option(None, "--ann", help="Also measure a faiss index (flat|ivf|hnsw|pq) "
                                       "against the exact scan; headline metrics stay exact."),
@@ -237,10 +237,14 @@ def _report(outcome: Any) -> None:
 def table_cmd(
     scenario: str = typer.Option(..., "--scenario", "-s", help="small | large | ultra"),
     variant: Optional[str] = typer.Option(None, "--variant", help="original (default), mixed, shift, scaled"),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Folder of the RunRecords to read "
+                                     "(the Markdown footer names it)."),
     fmt: str = typer.Option("md", "--format", "-f", help="md | csv | json (written to --output)"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="File to write (default leaderboards/<scenario>[~variant].<fmt>)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o",
+                                         help="File to write; default leaderboards/<scenario>[~variant].<fmt> in the "
+                                         "current folder, not beside --results-dir. "
+                                         "A folder (existing, or ending in /): that name inside it; no suffix: "
+                                         ".<fmt> is added. The path written is printed."),
     paper: bool = typer.Option(False, "--paper", help="Append the paper's own numbers as a separate, labelled "
                                "reference table (md only)."),
 ) -> None:
@@ -256,17 +260,19 @@ def table_cmd(
         from rbench.errors import unknown
 
         raise unknown("scenario", scenario, SCENARIOS)
-    render = {"md": lambda lb: leaderboard.to_markdown(lb, paper=paper), "csv": leaderboard.to_csv,
+    render = {"md": lambda lb: leaderboard.to_markdown(lb, paper=paper, results_dir=results_dir),
+              "csv": leaderboard.to_csv,
               "json": leaderboard.to_json}
     if fmt not in render:
         from rbench.errors import unknown
 
         raise unknown("format", fmt, render)
+    from rbench.outputs import output_file
     from rbench.public import table
 
     lb = table(scenario, results_dir, variant)
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
-    target = output or Path("leaderboards") / f"{scenario}{suffix}.{fmt}"
+    target = output_file(output, f"{scenario}{suffix}.{fmt}", f".{fmt}")
     text = render[fmt](lb).encode()
     if not lb.rows:
         _refuse_emptying(target, text, f"no RunRecords of scenario {scenario!r}"
@@ -303,12 +309,14 @@ def plot_scaling_cmd(
     task: str = typer.Option(..., "--task", "-t"),
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more rankers."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file (default leaderboards/scaling-<task>.png)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o", help="PNG file (default leaderboards/scaling-<task>.png; "
+                                         "a folder: that name inside it; no suffix: .png is added)."),
 ) -> None:
     """MRR vs candidate-pool size (the paper's scaling figure) from original + scaled:N runs."""
+    from rbench.outputs import output_file
     from rbench.plots import plot_scaling, scaling_points
 
-    target = output or Path("leaderboards") / f"scaling-{task}.png"
+    target = output_file(output, f"scaling-{task}.png", ".png", suffix_required=True)
     plot_scaling(results_dir, task, rankers, target)
     table = Table(title=f"{task}: MRR vs pool size")
     for col in ("ranker", "pool", "MRR %", "nDCG@10 %"):
@@ -325,13 +333,15 @@ def plot_training_cmd(
     task: str = typer.Option(..., "--task", "-t"),
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more (trained) rankers."),
     results_dir: Path = typer.Option(Path("results"), "--results-dir"),
-    output: Optional[Path] = typer.Option(None, "--output", "-o",
-                                          help="PNG file (default leaderboards/training-<task>.png)."),
+    output: Optional[str] = typer.Option(None, "--output", "-o",
+                                         help="PNG file (default leaderboards/training-<task>.png; a folder: that "
+                                         "name inside it; no suffix: .png is added)."),
 ) -> None:
     """Per-epoch training loss and validation MRR (two panels) from the RunRecords' training curves."""
+    from rbench.outputs import output_file
     from rbench.plots import plot_training, training_curves
 
-    target = output or Path("leaderboards") / f"training-{task}.png"
+    target = output_file(output, f"training-{task}.png", ".png", suffix_required=True)
     plot_training(results_dir, task, rankers, target)
     table = Table(title=f"{task}: training curves")
     for col in ("ranker", "epochs", "steps", "last train loss", "best valid MRR %", "at epoch"):
@@ -380,9 +390,11 @@ def reproduce_cmd(
         out.print(table)
         return
     recipe = reproduce.get(experiment)
-    if not dry_run:  # the tables go there after the runs: refused before them
-        from rbench.results import require_target
+    from rbench.results import require_target
 
+    # a file given as --results-dir would fail every cell, one by one: refused before them
+    require_target(results_dir, "--results-dir", folder=True)
+    if not dry_run:  # the tables go there after the runs: refused before them
         require_target(output, "--output", folder=True)
     only = reproduce.Selection(tuple(tasks), tuple(rankers))
     planned = reproduce.plan(recipe, profile, only)

@@ -10,6 +10,7 @@ alone: rbench's own cells use it (``**best**``), and labels rarely do.
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 
 
@@ -21,3 +22,14 @@ def cell(text: object) -> str:
 def row(cells: Iterable[object]) -> str:
     """One Markdown table row of escaped cells: ``| a | b |``."""
     return "| " + " | ".join(cell(c) for c in cells) + " |"
+
+
+def code_span(text: object) -> str:
+    """``text`` (a path, a command) as one inline code span on one line: line breaks become
+    spaces and the fence is one backquote longer than any run of backquotes inside, so no text
+    can end the span early or start a new paragraph."""
+    flat = " ".join(str(text).splitlines())
+    longest = max((len(run) for run in re.findall(r"`+", flat)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if flat.startswith("`") or flat.endswith("`") else ""
+    return f"{fence}{pad}{flat}{pad}{fence}"

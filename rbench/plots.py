@@ -24,6 +24,14 @@ def scaling_points(results_dir: Path, task: str, rankers: list[str]) -> dict[str
     return {r: sorted((n, m[0], m[1]) for n, m in pts.items()) for r, pts in points.items()}
 
 
+def _shown(label: object) -> str:
+    """A label (user text) as matplotlib should draw it, literally: ``$`` escaped (a ``$``-pair
+    would be read as math text, and a bad one fails the figure at the very end) and a leading
+    ``_`` kept visible (matplotlib leaves such labels out of the legend without a word)."""
+    text = str(label).replace("$", r"\$")
+    return " " + text if text.startswith("_") else text
+
+
 def _save(plt, fig, output: Path) -> Path:  # noqa: ANN001
     """Write the figure to ``output`` (a PNG); an unwritable path is one line, not a traceback."""
     try:
@@ -57,7 +65,7 @@ def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path)
     fig, ax = plt.subplots(figsize=(6, 4), dpi=150)
     for ranker, rows in pts.items():
         if rows:
-            ax.plot([r[0] for r in rows], [100 * r[1] for r in rows], marker="o", label=ranker)
+            ax.plot([r[0] for r in rows], [100 * r[1] for r in rows], marker="o", label=_shown(ranker))
     ax.set_xscale("log")
     ax.set_xlabel("candidate pool size")
     ax.set_ylabel("MRR (%)")
@@ -105,10 +113,10 @@ def plot_training(results_dir: Path, task: str, rankers: list[str], output: Path
         color = palette[i % len(palette)]
         if loss:
             any_loss = True
-            ax_loss.plot(*zip(*loss), marker="." if len(loss) < 60 else None, label=label, color=color)
+            ax_loss.plot(*zip(*loss), marker="." if len(loss) < 60 else None, label=_shown(label), color=color)
         if mrr:
             any_mrr = True
-            ax_mrr.plot(*zip(*mrr), marker="o" if len(mrr) < 60 else None, ms=3, label=label, color=color)
+            ax_mrr.plot(*zip(*mrr), marker="o" if len(mrr) < 60 else None, ms=3, label=_shown(label), color=color)
     for ax, ok, ylabel, title in ((ax_loss, any_loss, "train loss (each ranker's own objective)", "training loss"),
                                   (ax_mrr, any_mrr, "validation MRR (%)", "validation MRR")):
         ax.set_xlabel("epoch")
@@ -144,7 +152,7 @@ def plot_recipe(title: str, table: list[dict], output: Path) -> Path:
                 mine.append(np.nan if row is None or row["rbench"] is None else row["rbench"])
                 paper.append(np.nan if row is None or row["paper"] is None else row["paper"])
             x = np.arange(len(tasks)) + i * width - 0.4 + width / 2
-            bars = ax.bar(x, mine, width * 0.9, label=ranker)
+            bars = ax.bar(x, mine, width * 0.9, label=_shown(ranker))
             if not np.all(np.isnan(paper)):
                 ax.bar(x, paper, width * 0.9, fill=False, edgecolor=bars.patches[0].get_facecolor(), linestyle="--")
         ax.set_xticks(np.arange(len(tasks)), tasks, rotation=20)

@@ -42,7 +42,10 @@ PROTOCOL_CODE: tuple[str, ...] = (
 
 DIGEST_PYTHON = "3.11"
 KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
-    1: ("bb31a7b0eda6c6473e173c4818ec743c93c9c4c17d942bee4ef361c467bfaaff",),
+    1: ("bb31a7b0eda6c6473e173c4818ec743c93c9c4c17d942bee4ef361c467bfaaff",
+        # rerank reads a stage-1 run file only if it is a regular file; imports clear stale
+        # temporaries: no number moves
+        "c0899181783d0bc02d510935b415398c9b342132cd415dca251c7697ae83f452"),
 }
 
 

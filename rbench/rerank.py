@@ -56,6 +56,7 @@ from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.atomic import atomic_write_bytes
 from rbench.engine import EvalResult, evaluate, is_embedding_ranker, make_scorer
 from rbench.errors import DataError, RBenchError, unknown
+from rbench.inputs import open_regular, require_regular
 from rbench.metrics import MEASURES, per_query
 
 PAIR_BUDGET = 2_000_000  # exhaustive reranking above this many pairs needs --force
@@ -119,8 +120,12 @@ def make_rerank_plan(rerank_from: str | None, rerank_depth: Any, first_sets: dic
     depth = parse_depth(rerank_depth, int(getattr(ranker_cls, "rerank_depth", DEFAULT_DEPTH)))
     if rerank_from.startswith(RUN_PREFIX):
         path = Path(rerank_from[len(RUN_PREFIX):]).expanduser()
-        if not path.is_file():
+        if not path.exists() and not path.is_symlink():
             raise RBenchError(f"--rerank-from {rerank_from}: no such run file")
+        try:  # a regular file only: a FIFO or a device (/dev/zero) would hang or never end
+            require_regular(path)
+        except DataError as exc:
+            raise RBenchError(f"--rerank-from {rerank_from}: {exc.reason}") from None
         if first_sets:
             raise RBenchError("--set first.* sets a first-stage ranker's option; a run file has none")
         return RerankPlan(rerank_from, depth, run_file=path, force=force, pair_budget=pair_budget)
@@ -269,7 +274,7 @@ def _n_ranked(test: Queries, pool: Pool) -> np.ndarray:
 
 
 def _open_text(path: Path):
-    with open(path, "rb") as fh:
+    with open_regular(path) as fh:  # a regular file only (rbench.inputs): never a FIFO's hang
         gz = fh.read(2) == b"\x1f\x8b"
     return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
 

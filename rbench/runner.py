@@ -90,8 +90,8 @@ class RunSettings:
     ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.distributed); same metrics
     topk: int = 100  # each query's top-k, written as a TREC run beside the record (--topk; 0: none)
     # what to do when the run's RunRecord exists: only-missing (skip it when its effective config,
-    # task fingerprint and rbench version are this run's), always (run and replace), never (skip
-    # whenever the file exists)
+    # ranker version and code, task fingerprint and evaluation protocol are this run's), always
+    # (run and replace), never (skip whenever the file exists)
     overwrite: str = "only-missing"
 
     def __post_init__(self) -> None:

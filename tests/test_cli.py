@@ -203,5 +203,5 @@ def test_table_shows_training_budgets_in_every_format(capsys, tmp_path):
     code, _, _ = run(capsys, "table", "--scenario", "large", "--results-dir", str(res), "-f", "csv", "-o", str(csv_file))
     lines = csv_file.read_text().splitlines()
     assert code == 0 and lines[0].endswith("examples_seen,epochs,optimizer_steps,train_wall_s,negatives_per_example,"
-                                           "trainable_params,selection")
+                                           "trainable_params,selection,protocol")
     assert any(line.startswith("sasrec,ml-100k,10,") and ",30000,1.0,3750,61.0," in line for line in lines)

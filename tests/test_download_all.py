@@ -75,7 +75,7 @@ def test_msmarco_downloads_and_prepares_from_the_hf_parquet_layout(server, monke
         "ms_marco_v1.1_train.parquet": parquet_bytes(records[:50]),
         "ms_marco_v1.1_validation.parquet": parquet_bytes(records[50:])})
     raw = sources.download_task(registry.get_task("msmarco"))
-    assert sorted(p.name for p in raw.iterdir()) == ["ms_marco_v1.1_train.parquet",
+    assert sorted(p.name for p in raw.iterdir()) == [".source.json", "ms_marco_v1.1_train.parquet",
                                                      "ms_marco_v1.1_validation.parquet"]
     present, detail = registry.data_status("msmarco")
     assert present and "v1.1 QnA" in detail

@@ -8,7 +8,14 @@ import numpy as np
 import pytest
 
 from rbench import fused
-from tests.helpers import TableRanker, assert_shards_merge, engine_scorer, make_pool, make_queries, table_scorer
+from tests.helpers import (
+    TableRanker,
+    assert_shards_merge,
+    engine_scorer,
+    make_pool,
+    make_queries,
+    table_scorer,
+)
 from tests.helpers import assert_same_eval as _check_same
 from tests.helpers import fused_and_reference as _both
 

@@ -25,7 +25,7 @@ LAYERS: list[tuple[str, ...]] = [
     ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed", "rbench.runfile"),
     ("rbench.tasks.recsys", "rbench.tasks.passages", "rbench.tasks.routing", "rbench.tasks.imported",
      "rbench.store", "rbench.sources", "rbench.pools"),
-    ("rbench.tasks.registry", "rbench.results", "rbench.rerank"),
+    ("rbench.tasks.registry", "rbench.results", "rbench.rerank", "rbench.outputs"),
     ("rbench.budget", "rbench.runner", "rbench.leaderboard", "rbench.plots", "rbench.cli_data", "rbench.report"),
     ("rbench.public",),
     ("rbench.reproduce",),

@@ -50,7 +50,7 @@ import numpy as np
 
 from rbench import paths
 from rbench.api import SCENARIOS, Pool, Source, TaskData, TaskSpec
-from rbench.atomic import atomic_dir
+from rbench.atomic import atomic_dir, remove_stale
 from rbench.errors import DataError, RBenchError
 from rbench.hashing import file_sha256 as _sha256
 from rbench.inputs import read_json, require_regular
@@ -245,6 +245,7 @@ def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path 
     target = root / name
     if target.exists() and not overwrite:
         raise RBenchError(f"task {name!r} is already imported at {target} (overwrite to replace it)")
+    remove_stale(root)  # hidden copies of killed imports (a live import's are younger: kept)
     with atomic_dir(target) as tmp:
         files: dict[str, dict[str, str]] = {}
         for kind, src in sources.items():
