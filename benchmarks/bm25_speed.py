@@ -145,8 +145,9 @@ def main() -> None:
     args = ap.parse_args()
     res = run(args)
 
-    from rich.console import Console
     from rich.table import Table
+
+    from rbench.console import console as make_console
 
     table = Table(title=f"BM25 scoring speed — {res['setup']}")
     for col in ("scorer", "queries timed", "index s", "ms/query", "speed-up vs rank-bm25"):
@@ -161,7 +162,7 @@ def main() -> None:
            f"(max score {res['max_score']:.2f}, max relative {res['max_rel_diff']:.1e}); "
            f"top-100 overlap {res['top100']:.1%}. Shared-pool speed-up {res['ratio']:,.0f}x "
            f"(goal >= 100x: {verdict}). Our runs (best is shown): {res['runs']}.")
-    console = Console(width=150)
+    console = make_console(markup=True)
     console.print(table)
     console.print(acc)
 

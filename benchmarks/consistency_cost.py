@@ -313,10 +313,11 @@ def main() -> None:
     ap.add_argument("--skip-ml100k", action="store_true")
     ap.add_argument("--skip-synthetic", action="store_true")
     args = ap.parse_args()
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console(width=None if sys.stdout.isatty() else 220)
+    from rbench.console import console as make_console
+
+    console = make_console(markup=True)
     rows: list[tuple[str, dict]] = []
     compared = 0
     if not args.skip_ml100k:

@@ -34,11 +34,11 @@ def main() -> None:
     args = ap.parse_args()
 
     import torch
-    from rich.console import Console
     from rich.table import Table
 
     from rankers.dense import DenseOptions, DenseRanker
     from rbench.api import RunContext
+    from rbench.console import console as make_console
     from rbench.tasks.registry import load_task
 
     os.environ.setdefault("RBENCH_HOME", tempfile.mkdtemp(prefix="rbench-bench-"))
@@ -78,7 +78,7 @@ def main() -> None:
     for label, n, tok, best, med in rows:
         t.add_row(label, str(n), f"{tok:.1f}", f"{best:.2f}", f"{n / max(best, 1e-9):,.0f}",
                   f"{n / max(med, 1e-9):,.0f}")
-    Console().print(t)
+    make_console(markup=True).print(t)
     print(f"model load (warm): {model_load:.2f}s")
     md = ["# Dense encoder throughput\n", f"{title}; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs (shared; other jobs may run). Command: "

@@ -249,10 +249,11 @@ def main() -> None:
         n, nq, d, path = args.child
         _child(int(n), int(nq), int(d), path)
         return
-    from rich.console import Console
     from rich.table import Table
 
-    console = Console()
+    from rbench.console import console as make_console
+
+    console = make_console(markup=True)
     md = ["# Engine scale", "", f"Command: `python benchmarks/engine_scale.py {' '.join(sys.argv[1:])}`",
           f"Machine: {os.cpu_count()} cores.", "",
           "Columns: *bare GEMM* is numpy's (OpenBLAS) GEMM alone over the same batches and chunks, the "

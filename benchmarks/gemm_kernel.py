@@ -76,10 +76,10 @@ def main() -> None:
     args = ap.parse_args()
     if not fused.own_gemm(128):
         sys.exit("rbench's GEMM needs numba (and RBENCH_GEMM unset or not 'blas')")
-    from rich.console import Console
     from rich.table import Table
 
     from rbench.atomic import atomic_write_text
+    from rbench.console import console as make_console
 
     cols = ("dim", "numpy GEMM ms", "rbench GEMM ms", "rbench / numpy", "fused top-0 ms", "top-0 / numpy",
             "fused top-100 ms", "top-100 / numpy", "scores bit-equal to numpy", "max |diff|")
@@ -96,7 +96,7 @@ def main() -> None:
                f"{r['bit_equal']:.3f}", f"{r['max_diff']:.1e}"]
         table.add_row(*row)
         md.append("| " + " | ".join(row) + " |")
-    Console().print(table)
+    make_console(markup=True).print(table)
     out = ROOT / "benchmarks" / "results" / "gemm_kernel.md"
     atomic_write_text(out, "\n".join(md) + "\n")
     print(f"written: {out}")

@@ -161,13 +161,13 @@ def main(argv: list[str] | None = None) -> int:
         print("gpu_check: no CUDA device (torch.cuda.is_available() is False); nothing to check here.")
         return 0
 
-    from rich.console import Console
     from rich.table import Table
 
+    from rbench.console import console as make_console
     from rbench.tasks.registry import load_task
     from tests.lranker_testkit import build_tiny_qwen
 
-    console = Console()
+    console = make_console(markup=True)
     device = args.device or "cuda"
     on_cuda = device.startswith("cuda")
     name = torch.cuda.get_device_name() if on_cuda else (platform.processor() or platform.machine())

@@ -139,17 +139,17 @@ def main(argv: list[str] | None = None) -> int:
         ap.error("--repeats must be >= 1")
 
     import torch
-    from rich.console import Console
     from rich.table import Table
 
     from rankers.lranker.prefix import supports_prefix_cache
     from rbench import paths
     from rbench.api import RunContext
     from rbench.config import parse_assignments
+    from rbench.console import console as make_console
     from rbench.plugins import make_ranker
     from rbench.tasks.registry import load_task
 
-    console = Console(width=200)
+    console = make_console(markup=True)
     sets = {**DEFAULT_SETS, **parse_assignments(args.sets)}
     widths = [int(x) for x in args.widths.split(",") if x.strip()]
     depths = [int(x) for x in args.depths.split(",") if x.strip()]

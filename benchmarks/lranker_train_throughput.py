@@ -82,10 +82,10 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from rich.console import Console
     from rich.table import Table
 
     from rbench.config import parse_assignments
+    from rbench.console import console as make_console
     from rbench.tasks.registry import load_task
 
     sets = parse_assignments(args.sets)
@@ -112,7 +112,7 @@ def main(argv: list[str] | None = None) -> int:
                  f"{m['gpu_mib']:.0f}" if m["gpu_mib"] is not None else "-"]
         table.add_row(*cells)
         lines.append("| " + " | ".join(cells) + " |")
-    console = Console()
+    console = make_console(markup=True)
     console.print(table)
     summary = f"peak RSS {peak_rss_mib():,.0f} MiB; {platform.machine()}, torch threads {torch.get_num_threads()}"
     console.print(summary)

@@ -116,11 +116,11 @@ def main() -> None:
     import tempfile
 
     import torch
-    from rich.console import Console
     from rich.table import Table
 
     from rankers.cross_encoder import CrossEncoderRanker
     from rankers.rankllama import RankLlamaRanker
+    from rbench.console import console as make_console
     from rbench.plugins import ranker_config
     torch.set_num_threads(args.threads)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -149,7 +149,7 @@ def main() -> None:
             rows.append((label, t, toks, rates))
             best[label] = max(best.get(label, 0.0), max(rates.values()))
 
-    con = Console()
+    con = make_console(markup=True)
     tab = Table(title=f"pairs/s on CPU ({args.threads} threads, fp32), measured")
     for c in ["reranker", "task pairs", "tokens/pair", *[f"bs={b}" for b in batch_sizes]]:
         tab.add_column(c, justify="right" if c != "reranker" else "left")

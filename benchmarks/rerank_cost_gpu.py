@@ -186,17 +186,17 @@ def measure(args: argparse.Namespace) -> int:
     if args.device.startswith("cuda") and not torch.cuda.is_available():
         print("rerank_cost_gpu: no CUDA device (torch.cuda.is_available() is False); nothing to measure here.")
         return 0
-    from rich.console import Console
     from rich.table import Table
 
     from benchmarks.rerank_cost import projection_rows
     from rbench.atomic import atomic_write_text
+    from rbench.console import console as make_console
 
     lengths_file = json.loads(Path(args.lengths).read_text())
     saved = lengths_file["tasks"]
     sizes = [int(b) for b in args.batch_sizes.split(",")]
     device_name = torch.cuda.get_device_name() if args.device.startswith("cuda") else args.device
-    console = Console()
+    console = make_console(markup=True)
     rows: list[tuple[str, str, float, dict[int, float]]] = []
     best: dict[str, float] = {}
 

@@ -73,8 +73,9 @@ def main() -> None:
         print("RESULT " + json.dumps(worker(args.epochs)), flush=True)
         return
 
-    from rich.console import Console
     from rich.table import Table
+
+    from rbench.console import console as make_console
 
     results = {}
     for name in args.settings.split(","):
@@ -110,7 +111,7 @@ def main() -> None:
         t.add_row(*cells)
         md.append("| " + " | ".join(cells) + " |")
     md.append("\n`malloc` = `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000`.")
-    Console().print(t)
+    make_console(markup=True).print(t)
     path = ROOT / "benchmarks" / "results" / "sasrec_epoch.md"
     from rbench.atomic import atomic_write_text
 

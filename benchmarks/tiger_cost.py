@@ -115,8 +115,9 @@ def main() -> None:
     ap.add_argument("--results-dir", default=str(ROOT / "results"))
     ap.add_argument("--measure", action="store_true")
     args = ap.parse_args()
-    from rich.console import Console
     from rich.table import Table
+
+    from rbench.console import console as make_console
 
     rows = _records(Path(args.results_dir))
     cols = ("task", "ranker", "nDCG@10", "MRR", "epochs", "s/epoch", "train_s", "valid_s", "ms/query", "peak_MiB",
@@ -132,7 +133,7 @@ def main() -> None:
         table.add_column(c)
     for r in rows:
         table.add_row(*(cell(r[c]) for c in cols))
-    console = Console()
+    console = make_console(markup=True)
     console.print(table)
     md = ["# TIGER: cost and metrics", "",
           f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}; RunRecords from `{_shown(args.results_dir)}`.", "",

@@ -23,12 +23,27 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from rbench.console import console, description_column, styled
+from rbench.console import PipeClosed, console, description_column, styled
 from rbench.errors import RBenchError, write_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
 out, err = console(), console(stderr=True)  # user text printed as it is (rbench.console)
+
+
+def _version(value: bool) -> None:
+    if value:
+        from rbench import __version__
+        from rbench.protocol import PROTOCOL_VERSION
+
+        print(f"rbench {__version__} (evaluation protocol {PROTOCOL_VERSION})")
+        raise typer.Exit()
+
+
+@app.callback()
+def _root(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print rbench's version and evaluation protocol, then exit.")) -> None:
+    """rbench: benchmark LLM rankers against classic and task-specific baselines."""
 
 
 def _progress_factory(enabled: bool):
@@ -501,6 +516,7 @@ def main(argv: list[str] | None = None) -> int:
     warnings.showwarning = _note
     try:
         code = app(args=argv, prog_name="rbench", standalone_mode=False)
+        sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         if code == 130:  # click turned a KeyboardInterrupt into an abort
             err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
         return code if isinstance(code, int) else 0
@@ -510,7 +526,13 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
         return 130
+    except (BrokenPipeError, PipeClosed):  # the reader closed the pipe (`rbench rankers | head`)
+        _quiet_stdout()
+        return 0
     except SystemExit as exc:  # typer/click exits (--help)
+        if exc.code == 1 and _stdout_gone():  # click or typer's rich met a closed pipe and exit 1
+            _quiet_stdout()
+            return 0
         return int(exc.code or 0)
     except OSError as exc:
         line = _environment_error(exc)
@@ -561,6 +583,32 @@ def _environment_error(exc: OSError) -> str | None:
                 if str(where).startswith(str(home)) else "")
         return f"cannot write {where} ({exc.strerror}){hint}"
     return None
+
+
+def _stdout_gone() -> bool:
+    """Whether stdout met a closed pipe: click wraps it (``_PacifyFlushWrapper``), rich points its
+    descriptor at /dev/null (``Console.on_broken_pipe``)."""
+    import os
+
+    if type(sys.stdout).__name__.endswith("PacifyFlushWrapper"):
+        return True
+    try:
+        now, null = os.fstat(sys.stdout.fileno()), os.stat(os.devnull)
+    except (OSError, ValueError):
+        return False
+    return (now.st_dev, now.st_ino) == (null.st_dev, null.st_ino)
+
+
+def _quiet_stdout() -> None:
+    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe (it
+    would print "Exception ignored ... BrokenPipeError" and exit 120)."""
+    import os
+
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture)
+        pass
 
 
 def entry() -> None:

@@ -17,11 +17,30 @@ from rich.progress import TextColumn
 from rich.text import Text
 
 
-def console(stderr: bool = False) -> Console:
+class PipeClosed(Exception):
+    """The reader of stdout went away (``rbench rankers | head -1``): it read what it wanted, so the
+    CLI ends quietly with 0 (rich's own handling exits 1)."""
+
+
+class _Console(Console):
+    def on_broken_pipe(self) -> None:
+        if self.quiet:
+            return
+        import os
+
+        try:  # the interpreter's last flush must not meet the closed pipe again
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        except (OSError, ValueError):
+            pass
+        raise PipeClosed
+
+
+def console(stderr: bool = False, *, markup: bool = False) -> Console:
     """A console with markup and emoji off; pipes and CI logs get a wide fixed width instead of
-    rich's 80-column default."""
+    rich's 80-column default (at 80 a wide table collapses its columns to "…"). ``markup``: for
+    the benchmark scripts, whose tables hold no user text."""
     stream = sys.stderr if stderr else sys.stdout
-    return Console(stderr=stderr, width=None if stream.isatty() else 160, markup=False, emoji=False)
+    return _Console(stderr=stderr, width=None if stream.isatty() else 220, markup=markup, emoji=False)
 
 
 def styled(*parts: str | tuple[str, str]) -> Text:

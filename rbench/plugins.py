@@ -198,7 +198,7 @@ def _load_from(spec: str) -> RankerRef:
         raise unknown(f"ranker class in {where}", attr, names)
     if not _is_ranker_class(cls):
         raise RBenchError(f"--ranker {spec}: {attr} is not a ranker class (it needs score() or "
-                          f"encode_pool()/encode_queries(); see README 'Writing a ranker plugin')")
+                          f"encode_pool()/encode_queries(); see docs/guides/write-a-ranker.md)")
     return RankerRef(_class_name(cls), cls, source)
 
 
@@ -218,7 +218,7 @@ def resolve_ranker(ranker: Any) -> RankerRef:
         missing = [m for m in ("fit", "index") if not callable(getattr(ranker, m, None))]
         if not callable(getattr(ranker, "encode_pool", None)) and missing:
             raise RBenchError(f"ranker object {type(ranker).__name__} lacks {' and '.join(m + '()' for m in missing)} (the contract: "
-                              f"fit(task), index(pool), score(queries, candidates); see README 'Python')")
+                              f"fit(task), index(pool), score(queries, candidates); see docs/guides/write-a-ranker.md)")
         return RankerRef(_class_name(type(ranker)), type(ranker), "object", instance=ranker)
     raise RBenchError(f"not a ranker: {type(ranker).__name__} (give a registered name, file.py:Class, "
                       f"a ranker class or an object with score())")

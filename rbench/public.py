@@ -78,7 +78,7 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
 
     ``ranker``: a registered name (``"bm25"``), ``"path/to/file.py:Class"`` / ``"module:Class"``,
     a ranker class, or an object that follows the contract (``score(queries, candidates)`` or
-    ``encode_pool``/``encode_queries``; see README "Writing a ranker plugin") — no packaging
+    ``encode_pool``/``encode_queries``; see docs/guides/write-a-ranker.md) — no packaging
     needed. ``options``: the ranker's options (``--set``), ``task_options`` the task's. ``task``: a
     task name or a ``load_task(...)`` result's ``spec`` (anything else is refused in one line). A RunRecord is written only when
     ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an

@@ -1,0 +1,336 @@
+"""MkDocs hook: one page per task, per ranker and per CLI command, generated at build time from the
+registries (the same data ``rbench tasks --json`` / ``rbench rankers --json`` print), so the pages
+cannot drift from the code.
+
+- ``on_config`` adds the generated pages to the navigation;
+- ``on_files`` adds them to the build as generated files (nothing is written into ``docs/``).
+
+Nothing machine-local goes into a page: data presence and prepared sizes (which depend on the
+machine that builds the docs) are left out on purpose.
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import inspect
+import json
+import textwrap
+from functools import lru_cache
+from typing import Any
+
+from mkdocs.structure.files import File, Files
+
+# --------------------------------------------------------------------------------------------
+# helpers
+# --------------------------------------------------------------------------------------------
+
+
+def _field_help(cls: type) -> dict[str, str]:
+    """``name -> help`` for a dataclass: the trailing ``# comment`` of each field's line, or the
+    string literal right below the field (an attribute docstring)."""
+    try:
+        source = textwrap.dedent(inspect.getsource(cls))
+    except (OSError, TypeError):
+        return {}
+    lines = source.splitlines()
+    out: dict[str, str] = {}
+    try:
+        tree = ast.parse(source)
+    except SyntaxError:
+        return {}
+    body = tree.body[0].body if tree.body and isinstance(tree.body[0], ast.ClassDef) else []
+    for i, node in enumerate(body):
+        if not (isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name)):
+            continue
+        name = node.target.id
+        last = lines[(node.end_lineno or node.lineno) - 1]
+        comment = _trailing_comment(last)
+        if comment:
+            out[name] = comment
+        elif i + 1 < len(body):
+            nxt = body[i + 1]
+            if isinstance(nxt, ast.Expr) and isinstance(nxt.value, ast.Constant) and isinstance(nxt.value.value, str):
+                out[name] = " ".join(nxt.value.value.split())
+    # fields inherited from a dataclass base
+    for base in cls.__mro__[1:]:
+        if dataclasses.is_dataclass(base):
+            for k, v in _field_help(base).items():
+                out.setdefault(k, v)
+    return out
+
+
+def _trailing_comment(line: str) -> str:
+    """The ``# comment`` at the end of a code line (a ``#`` inside a string literal is not one)."""
+    quote = ""
+    for i, ch in enumerate(line):
+        if quote:
+            if ch == quote:
+                quote = ""
+        elif ch in "'\"":
+            quote = ch
+        elif ch == "#":
+            return line[i + 1:].strip()
+    return ""
+
+
+def _cell(value: Any) -> str:
+    """A Markdown table cell: code for values, pipes and newlines escaped."""
+    if isinstance(value, str):
+        text = value if value and value.strip() == value else json.dumps(value)
+    else:
+        text = json.dumps(value, default=str)
+    return "`" + " ".join(text.split()).replace("`", "'") + "`"  # pipes inside a code span need no escape
+
+
+def _text(value: str) -> str:
+    """One line for a table cell or a paragraph: pipes escaped, and ``<``/``>`` outside code spans
+    escaped (help texts write placeholders such as ``<stem>``, which Markdown would read as HTML)."""
+    parts = " ".join(str(value).split()).split("`")  # a pipe inside a code span needs no escape
+    return "`".join(p if i % 2 else p.replace("|", "\\|").replace("<", "&lt;").replace(">", "&gt;")
+                    for i, p in enumerate(parts))
+
+
+def _options_table(fields: list[dict[str, Any]], helps: dict[str, str], prefix: str = "") -> list[str]:
+    if not fields:
+        return ["This one takes no options.", ""]
+    rows = ["| option | type | default | what it does |", "|---|---|---|---|"]
+    for f in fields:
+        rows.append(f"| `{prefix}{f['name']}` | {_cell(str(f['type']))} | {_cell(f['default'])} "
+                    f"| {_text(helps.get(f['name'], ''))} |")
+    return [*rows, ""]
+
+
+def _docstring(obj: Any) -> str:
+    doc = inspect.getdoc(obj) or ""
+    return doc.strip()
+
+
+# --------------------------------------------------------------------------------------------
+# tasks
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _tasks() -> list[tuple[str, str]]:
+    """(name, page text) for every registered task."""
+    from rbench.tasks.registry import list_tasks, resolve
+
+    pages = []
+    for spec in list_tasks():
+        task = resolve(spec)
+        lines = [f"# {spec.name}: {spec.title}", "", _text(spec.description), "",
+                 "| | |", "|---|---|",
+                 f"| scenario | `{spec.scenario}` |",
+                 f"| domain | `{spec.domain}` |",
+                 f"| the paper's candidates per query / pool | {_num(spec.paper_candidates)} |",
+                 f"| the paper's queries | {_num(spec.paper_queries)} |",
+                 f"| the paper's Table 2 row | {spec.paper_row if spec.paper_row is not None else '– (not a task of the paper)'} |",
+                 f"| donates candidates to | {', '.join(f'`{d}`' for d in spec.donates) or '–'} |",
+                 f"| data ships inside an installed package | {'yes' if spec.embedded else 'no'} |",
+                 f"| license | {_text(spec.license)} |",
+                 f"| task family | `{task.family.name}` |",
+                 "", "## How to get the data", "", _text(spec.how_to_get), ""]
+        lines += ["## Sources", ""]
+        if not spec.sources:
+            lines += ["None declared.", ""]
+        for s in spec.sources:
+            lines.append(f"- **{_text(s.name)}** — <{s.url}> — license: {_text(s.license)}"
+                         + (f" — {_text(s.note)}" if s.note else ""))
+            for rf in s.files:
+                bits = [f"`{rf.filename}`"]
+                if rf.size:
+                    bits.append(f"{rf.size:,} bytes")
+                bits.append(f"sha256 `{rf.sha256}`" if rf.sha256 else "no published checksum (the first seen is recorded)")
+                lines.append("    - " + ", ".join(bits) + "".join(f" <{u}>" for u in rf.urls[:1]))
+        lines.append("")
+        kind = task.family.options_type(spec)
+        lines += ["## Options", "", "Set with `--set task.KEY=VALUE` (CLI) or `task_options={...}` "
+                  "(`rbench.evaluate`); the defaults are the paper's settings.", ""]
+        if kind is None:
+            lines += _options_table([], {})
+        else:
+            fields = [{"name": f.name, "type": _type_name(f.type), "default": _default(f)}
+                      for f in dataclasses.fields(kind)]
+            lines += _options_table(fields, _field_help(kind), prefix="task.")
+        protocol = spec.protocol or _docstring(type(task.family))
+        module_doc = _docstring(inspect.getmodule(type(task.family)))
+        if protocol or module_doc:
+            lines += ["## Protocol", "", "Every choice the paper leaves open, as the task and its family write it "
+                      "(`rbench tasks --json` prints the first part):", ""]
+            lines += [_as_text_block(doc) + "\n" for doc in (protocol, module_doc) if doc]
+        lines += ["## Prompt", "", "What LLM rankers read (`{query}` is replaced by the query text):", "",
+                  f"```text\n{spec.prompt}\n```", ""]
+        pages.append((spec.name, "\n".join(lines)))
+    return pages
+
+
+def _num(n: int | None) -> str:
+    return f"{n:,}" if n else "–"
+
+
+def _type_name(t: Any) -> str:
+    return t if isinstance(t, str) else getattr(t, "__name__", str(t))
+
+
+def _default(f: dataclasses.Field) -> Any:  # type: ignore[type-arg]
+    if f.default is not dataclasses.MISSING:
+        return f.default
+    if f.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return f.default_factory()  # type: ignore[misc]
+    return None
+
+
+def _as_text_block(doc: str) -> str:
+    """A docstring shown as written (reST markup is not Markdown): an indented-free text block."""
+    return "```text\n" + textwrap.dedent(doc).strip().replace("```", "'''") + "\n```"
+
+
+def _tasks_index() -> str:
+    from rbench.tasks.registry import list_tasks
+
+    lines = ["# Tasks", "",
+             "Generated from the task registry at build time (`rbench tasks` prints the same list, with "
+             "whether each task's data is present on your machine). Concepts: [scenarios, pools and "
+             "variants](../concepts.md); adding one: [Add a task](../guides/add-a-task.md); where the data "
+             "comes from and where it is kept: [Tasks and data](../data.md).", "",
+             "| task | title | scenario | domain | paper candidates | paper queries |", "|---|---|---|---|---:|---:|"]
+    for spec in list_tasks():
+        lines.append(f"| [`{spec.name}`]({spec.name}.md) | {_text(spec.title)} | {spec.scenario} | {spec.domain} "
+                     f"| {_num(spec.paper_candidates)} | {_num(spec.paper_queries)} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# rankers
+# --------------------------------------------------------------------------------------------
+
+
+@lru_cache(maxsize=1)
+def _rankers() -> list[tuple[str, str, str]]:
+    """(name, one-line description, page text) for every installed ranker plugin."""
+    from rbench.plugins import available_rankers, load_ranker_class, ranker_options
+
+    pages = []
+    for name in available_rankers():
+        try:
+            cls = load_ranker_class(name)
+        except Exception as exc:  # a plugin that cannot load still gets a page saying so
+            pages.append((name, "(not loadable here)", f"# {name}\n\nThis plugin could not be loaded: {_text(exc)}\n"))
+            continue
+        description = getattr(cls, "description", "") or _docstring(cls).split("\n")[0]
+        cfg = getattr(cls, "Config", None)
+        helps = _field_help(cfg) if cfg is not None and dataclasses.is_dataclass(cfg) else {}
+        lines = [f"# {name}", "", _text(description), "",
+                 "| | |", "|---|---|",
+                 f"| version | `{getattr(cls, 'version', '')}` |",
+                 f"| applies to | {', '.join(f'`{d}`' for d in getattr(cls, 'domains', ())) or 'every domain'} |",
+                 f"| class | `{cls.__module__}.{cls.__qualname__}` |",
+                 f"| pairwise (scored through `--rerank-from`) | {'yes' if getattr(cls, 'pairwise', False) else 'no'} |",
+                 f"| set-dependent (whole list per call) | {'yes' if getattr(cls, 'set_dependent', False) else 'no'} |",
+                 f"| transfers zero-shot (`--variant from-TASK`) | {'yes' if getattr(cls, 'transfers', False) else 'no'} |",
+                 "", "```bash", f"rbench run --ranker {name} --task TASK --set KEY=VALUE", "```", "",
+                 "## Options", "", "Set with `--set KEY=VALUE` (CLI) or `options={...}` (`rbench.evaluate`); "
+                 "the defaults are the paper's settings.", ""]
+        lines += _options_table(ranker_options(cls), helps)
+        presets = getattr(cls, "presets", None)
+        if presets:
+            lines += ["## Presets", "", "`--set model=NAME` picks one; each sets these options:", "",
+                      "| preset | settings |", "|---|---|"]
+            for preset, spec in presets.items():
+                lines.append(f"| `{preset}` | {', '.join(f'`{k}={_text(repr(v))}`' for k, v in spec.items())} |")
+            lines.append("")
+        doc = _docstring(cls)
+        module_doc = _docstring(inspect.getmodule(cls))
+        if doc or module_doc:
+            lines += ["## Notes", "", "From the plugin's own docstrings:", ""]
+            if module_doc:
+                lines += [_as_text_block(module_doc), ""]
+            if doc and doc != module_doc:
+                lines += [_as_text_block(doc), ""]
+        pages.append((name, description, "\n".join(lines)))
+    return pages
+
+
+def _rankers_index() -> str:
+    lines = ["# Rankers", "",
+             "Generated from the installed `rbench.rankers` entry points at build time (`rbench rankers` "
+             "prints the same). An overview of what each built-in ranker is and how it follows the paper: "
+             "[Rankers overview](../rankers-overview.md); writing one: [Write a ranker](../guides/write-a-ranker.md).",
+             "", "| ranker | description |", "|---|---|"]
+    for name, description, _ in _rankers():
+        lines.append(f"| [`{name}`]({name}.md) | {_text(description)} |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# CLI
+# --------------------------------------------------------------------------------------------
+
+
+def _cli_page() -> str:
+    import typer
+
+    from rbench.cli import app
+
+    root = typer.main.get_command(app)  # click's objects (typer may vendor click: duck-typed below)
+    lines = ["# CLI commands", "",
+             "Generated from the command line's own definitions at build time (`rbench COMMAND --help` "
+             "prints the same). Exit codes and the common patterns: [CLI](cli.md).", ""]
+
+    def walk(cmd: Any, path: list[str]) -> None:
+        subs = getattr(cmd, "commands", None)
+        if subs:
+            if len(path) > 1:
+                lines.extend([f"## `{' '.join(path)}`", "", _text(cmd.help or ""), ""])
+            for sub_name in subs:
+                walk(subs[sub_name], [*path, sub_name])
+            return
+        level = "###" if len(path) > 2 else "##"
+        lines.extend([f"{level} `{' '.join(path)}`", "", _text(cmd.help or ""), ""])
+        params = [p for p in cmd.params if p.name != "help"]
+        if params:
+            lines.extend(["| argument / option | default | help |", "|---|---|---|"])
+            for p in params:
+                if getattr(p, "param_type_name", "") == "argument":
+                    names = f"`{(p.name or '').upper()}`"
+                else:
+                    names = " / ".join(f"`{o}`" for o in [*p.opts, *p.secondary_opts])
+                default = None if callable(p.default) else p.default
+                shown = "–" if default in (None, (), []) else _cell(default)
+                help_text = _text(getattr(p, "help", "") or "")
+                lines.append(f"| {names} | {'required' if p.required else shown} | {help_text} |")
+            lines.append("")
+
+    walk(root, ["rbench"])
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
+# mkdocs events
+# --------------------------------------------------------------------------------------------
+
+
+def on_config(config: Any) -> Any:
+    nav = config.get("nav")
+    if nav is None:
+        return config
+    for entry in nav:
+        if not isinstance(entry, dict):
+            continue
+        key, value = next(iter(entry.items()))
+        if key == "Tasks" and isinstance(value, list):
+            value.extend({name: f"tasks/{name}.md"} for name, _ in _tasks())
+        elif key == "Rankers" and isinstance(value, list):
+            value.extend({name: f"rankers/{name}.md"} for name, _, _ in _rankers())
+    return config
+
+
+def on_files(files: Files, config: Any) -> Files:
+    generated = {"tasks/index.md": _tasks_index(), "rankers/index.md": _rankers_index(),
+                 "reference/cli-commands.md": _cli_page()}
+    generated.update({f"tasks/{name}.md": text for name, text in _tasks()})
+    generated.update({f"rankers/{name}.md": text for name, _, text in _rankers()})
+    for path, text in generated.items():
+        files.append(File.generated(config, path, content=text))
+    return files

@@ -1,0 +1,108 @@
+"""The docs site builds strictly, its generated pages follow the registries, the README stays a
+page whose links resolve, and no machine-local path reaches a reader."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.test_readme_tasks import page_blocks
+
+ROOT = Path(__file__).resolve().parents[1]
+DOCS = ROOT / "docs"
+# paths of the machine the project is developed on; none may reach a reader
+LOCAL_PATHS = re.compile(r"\.\./shared|/work/|/root/")
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("site")
+    proc = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(out)],
+                          cwd=ROOT, capture_output=True, text=True, timeout=300,
+                          env={**__import__("os").environ, "NO_MKDOCS_2_WARNING": "1"})
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    return out
+
+
+def _shown(value: object) -> str:
+    """How a default is written on a generated page: strings as they are, the rest as JSON."""
+    return value if isinstance(value, str) and value else json.dumps(value, default=str)
+
+
+def _text(page: Path) -> str:
+    """A built page's text without tags (entities decoded)."""
+    return html.unescape(re.sub(r"<[^>]+>", " ", page.read_text(encoding="utf-8")))
+
+
+def test_a_generated_task_page_holds_the_registry_facts(site):
+    import dataclasses
+
+    from rbench.tasks.registry import resolve
+
+    page = site / "tasks" / "ml-100k" / "index.html"
+    assert page.is_file()
+    text = _text(page)
+    task = resolve("ml-100k")
+    assert task.spec.title in text and task.spec.sources[0].url in text
+    kind = task.family.options_type(task.spec)
+    for f in dataclasses.fields(kind):
+        assert re.search(rf"task\.{f.name}\s+.+?\s+{re.escape(_shown(f.default))}\s", text), f.name
+    assert "history_len" in text and "20" in text
+    assert (site / "tasks" / "rec-clothing" / "index.html").is_file()
+
+
+def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
+    from rbench.plugins import available_rankers, load_ranker_class, ranker_options
+
+    page = site / "rankers" / "bm25" / "index.html"
+    text = _text(page)
+    for option in ranker_options(load_ranker_class("bm25")):
+        assert re.search(rf"\b{option['name']}\s+\S+\s+{re.escape(_shown(option['default']))}\s", text), option["name"]
+    assert "term-frequency saturation" in text  # the option's help, from its Config field
+    for name in available_rankers():
+        assert (site / "rankers" / name / "index.html").is_file(), name
+    cli = _text(site / "reference" / "cli-commands" / "index.html")
+    assert "rbench run" in cli and "--ranker" in cli and "rbench data download" in cli
+    api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
+    assert 'id="rbench.public.evaluate"' in api and 'id="rbench.api.Ranker"' in api
+
+
+def test_the_built_site_names_no_machine_local_path(site):
+    bad = [str(p.relative_to(site)) for p in site.rglob("*.html") if LOCAL_PATHS.search(p.read_text(encoding="utf-8"))]
+    assert bad == []
+
+
+def test_readme_is_one_page_and_its_relative_links_resolve():
+    text = (ROOT / "README.md").read_text(encoding="utf-8")
+    assert len(text.splitlines()) <= 220
+    missing = []
+    for target in re.findall(r"\]\(([^)\s]+)\)", text):
+        if re.match(r"[a-z]+:", target) or target.startswith("#"):
+            continue
+        if not (ROOT / target.split("#")[0]).exists():
+            missing.append(target)
+    assert missing == []
+
+
+def test_no_machine_local_path_in_docs_readme_or_messages():
+    files = [ROOT / "README.md", ROOT / "CHANGELOG.md", ROOT / "mkdocs.yml",
+             *(p for p in DOCS.rglob("*") if p.is_file() and p.suffix in (".md", ".py", ".yml")),
+             *(ROOT / "rbench").rglob("*.py"), *(ROOT / "rankers").rglob("*.py")]
+    bad = [f"{p.relative_to(ROOT)}:{i}" for p in files
+           for i, line in enumerate(p.read_text(encoding="utf-8").splitlines(), 1) if LOCAL_PATHS.search(line)]
+    assert bad == []
+
+
+def test_the_write_a_ranker_guide_runs_as_written(capsys):
+    (block,) = page_blocks(DOCS / "guides" / "write-a-ranker.md")
+    namespace: dict = {}
+    exec(compile(block, "write-a-ranker.md", "exec"), namespace)
+    record = namespace["record"]
+    assert record.ranker["name"] == "short-first" and record.ranker["config"] == {"weight": 2.0}
+    assert record.n_queries == 100 and "short-first (weight=2.0)" in capsys.readouterr().out
