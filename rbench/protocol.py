@@ -45,7 +45,10 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
     1: ("bb31a7b0eda6c6473e173c4818ec743c93c9c4c17d942bee4ef361c467bfaaff",
         # rerank reads a stage-1 run file only if it is a regular file; imports clear stale
         # temporaries: no number moves
-        "c0899181783d0bc02d510935b415398c9b342132cd415dca251c7697ae83f452"),
+        "c0899181783d0bc02d510935b415398c9b342132cd415dca251c7697ae83f452",
+        # imports refuse lone surrogates and splits that leave no train or test query: what
+        # loads is what loaded before
+        "bce542e6a3e41d725f972f2710e5fe857b7a6fe26fc82fc29e279d743f6e9aa0"),
 }
 
 

@@ -240,6 +240,7 @@ def import_task(name: str, corpus: Path | str, queries: Path | str, qrels: Path 
     if candidates is not None:
         sources["candidates"] = Path(candidates)
     data = read_beir(sources["corpus"], sources["queries"], sources["qrels"], sources.get("candidates"))
+    _split(data, _evaluated_rows(data), sources["queries"], 0)  # a task that imports must load
 
     root = imported_root()
     target = root / name
@@ -348,6 +349,28 @@ def imported_status(spec: TaskSpec) -> tuple[bool, str]:
     return True, f"imported: {', '.join(sorted(p.name for p in files.values()))} in {d}"
 
 
+def _evaluated_rows(data: BeirData) -> list[int]:
+    """The queries that have a positive, in canonical (id) order."""
+    order = sorted(range(len(data.query_ids)), key=lambda i: data.query_ids[i])
+    return [i for i in order if data.query_ids[i] in data.qrels]
+
+
+def _split(data: BeirData, rows: list[int], queries: Path, seed: int) -> tuple[np.ndarray, str]:
+    """The split labels of the evaluated queries and the rule that gave them; a split that leaves
+    no train or test query is a DataError (checked at import too, so an import always loads)."""
+    if data.query_splits is not None:
+        labels = np.asarray([data.query_splits[i] for i in rows], dtype=np.int8)
+        empty = [SPLIT_NAMES[s] for s in (0, 2) if not (labels == s).any()]
+        if empty:
+            raise DataError(f"the explicit split has no {' or '.join(empty)} query with a positive",
+                            queries, None, "split")
+        return labels, "explicit"
+    try:
+        return split_labels(len(rows), seed), f"8:1:1 seeded (seed {seed})"
+    except DataError as exc:
+        raise DataError(f"{exc.reason}, or give every query a 'split' field", queries) from None
+
+
 def load_imported(spec: TaskSpec, options: Any = None, seed: int = 0) -> TaskData:
     d, files = _task_files(spec)
     if not files:
@@ -356,8 +379,7 @@ def load_imported(spec: TaskSpec, options: Any = None, seed: int = 0) -> TaskDat
     if spec.scenario == "small" and data.candidates is None:
         raise DataError("the small scenario needs candidates.jsonl", d)
     pool = Pool(ids=data.doc_ids, texts=data.doc_texts, name=spec.name)
-    order = sorted(range(len(data.query_ids)), key=lambda i: data.query_ids[i])
-    rows = [i for i in order if data.query_ids[i] in data.qrels]
+    rows = _evaluated_rows(data)
     ids = np.asarray([data.query_ids[i] for i in rows], dtype=object)
     pos = [data.qrels[q] for q in ids]
     table = QueryTable(
@@ -367,16 +389,7 @@ def load_imported(spec: TaskSpec, options: Any = None, seed: int = 0) -> TaskDat
         grades=[np.asarray([s for _, s in p], dtype=np.float64) for p in pos],
         candidates=np.stack([data.candidates[q] for q in ids]) if data.candidates is not None else None,
     )
-    if data.query_splits is not None:
-        labels = np.asarray([data.query_splits[i] for i in rows], dtype=np.int8)
-        empty = [SPLIT_NAMES[s] for s in (0, 2) if not (labels == s).any()]
-        if empty:
-            raise DataError(f"the explicit split has no {' or '.join(empty)} query with a positive",
-                            files["queries"], None, "split")
-        split_rule = "explicit"
-    else:
-        labels = split_labels(len(table), seed)
-        split_rule = f"8:1:1 seeded (seed {seed})"
+    labels, split_rule = _split(data, rows, files["queries"], seed)
     info = {"source": str(d), "n_documents": len(pool), "n_queries_total": len(data.query_ids),
             "n_queries_without_positive": len(data.query_ids) - len(rows), "split": split_rule}
     return assemble(spec, pool, table, labels, info, fingerprint_parts=(split_rule,))

@@ -29,6 +29,7 @@ import dataclasses
 import gzip
 import hashlib
 import io
+import re
 import zlib
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
@@ -56,7 +57,30 @@ def parse_json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
     obj = parse_json(line, path, lineno)
     if not isinstance(obj, dict):
         raise DataError(f"expected a JSON object, got {type(obj).__name__}", path, lineno)
+    if _SURROGATE_ESCAPE.search(line):  # \ud800-\udfff escapes: a pair is one character, a lone one is no text
+        for key, value in obj.items():
+            bad = _lone_surrogate(value)
+            if bad is not None:
+                raise DataError(f"a lone surrogate escape (\\u{ord(bad):04x}) is not Unicode text: write the "
+                                "character itself, or its full surrogate pair", path, lineno, str(key))
     return obj
+
+
+_SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
+_SURROGATE = re.compile("[\ud800-\udfff]")
+
+
+def _lone_surrogate(value: Any) -> str | None:
+    """The first lone surrogate in a decoded JSON value (nested lists and objects included)."""
+    if isinstance(value, str):
+        m = _SURROGATE.search(value)
+        return m.group() if m else None
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else ()
+    for item in items:
+        found = _lone_surrogate(item)
+        if found is not None:
+            return found
+    return None
 
 
 def seeded_rng(seed: int, purpose: str) -> np.random.Generator:
