@@ -209,7 +209,7 @@ class GraphRouterRanker(QueryEncodingRouter):
         dst = out.candidates.reshape(-1)
         edge = np.stack([out.objective().reshape(-1), out.cost.reshape(-1), out.effect.reshape(-1)], axis=1)
         label = (dst == np.repeat(out.best(), m)).astype(np.float32)
-        as_t = functools.partial(torch.as_tensor, device=self.device)
+        as_t = functools.partial(torch.tensor, device=self.device)  # copies: the splits are read-only
         self.g = {"query": as_t(q_emb), "task": as_t(self.task_emb[task_code]), "llm": as_t(llm_emb),
                   "src": as_t(src, dtype=torch.long), "dst": as_t(dst, dtype=torch.long),
                   "edge": as_t(edge, dtype=torch.float32)}

@@ -385,7 +385,7 @@ class RouterClfRanker(BaseRanker):
         self._load(n_llm)
         labels = torch.as_tensor(out.best(), dtype=torch.long)
         allowed = torch.zeros((len(train), n_llm), dtype=torch.bool)
-        allowed[torch.arange(len(train))[:, None], torch.as_tensor(out.candidates)] = True
+        allowed[torch.arange(len(train))[:, None], torch.tensor(out.candidates, dtype=torch.long)] = True  # a copy: the split is read-only
         texts = [str(t) for t in train.texts]
         vtexts = [str(t) for t in valid.texts]
         vobj = outcomes_of(valid).objective() if len(valid) else None
