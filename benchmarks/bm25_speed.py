@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(path, text)
 
@@ -147,7 +147,7 @@ def main() -> None:
 
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     table = Table(title=f"BM25 scoring speed — {res['setup']}")
     for col in ("scorer", "queries timed", "index s", "ms/query", "speed-up vs rank-bm25"):

@@ -117,7 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     rows = _records(Path(args.results_dir))
     cols = ("task", "ranker", "nDCG@10", "MRR", "epochs", "s/epoch", "train_s", "valid_s", "ms/query", "peak_MiB",

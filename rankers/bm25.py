@@ -60,8 +60,8 @@ import numpy as np
 
 from rankers.text import Tokenizer
 from rbench.api import Pool, Queries
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import BaseRanker
 
 IdfKind = Literal["okapi", "lucene", "atire"]
 

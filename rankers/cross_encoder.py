@@ -54,8 +54,8 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
 
 Activation = Literal["auto", "identity", "sigmoid", "softmax1"]
 
@@ -209,7 +209,7 @@ class PairRanker(BaseRanker):
     (query text, candidate text) pair of 1-D shared or 2-D per-query candidates and hands them to
     ``score_pairs``. ``pairwise = True`` tells the harness the ranker scores pair by pair."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     pairwise = True
     transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts

@@ -38,7 +38,7 @@ import numpy as np
 
 from rankers.cross_encoder import PairRanker, torch_device
 from rbench.api import Pool
-from rbench.errors import RBenchError
+from rbench.core.errors import RBenchError
 
 
 @dataclass

@@ -1,6 +1,6 @@
 """Trainable LLM routers for the routing task: RouterKNN (RouterBench) and RouterBERT (RouteLLM).
 
-Both learn from the routing task's training signal (``rbench.tasks.routing.routing_outcomes``:
+Both learn from the routing task's training signal (``rbench.tasks.families.routing.routing_outcomes``:
 each train/valid query's effect and normalised cost for every LLM, its task id and the scenario
 weights); the test split carries none of it, and ``fit`` never reads ``task.test``. Both are
 trained on the train split and selected on the valid split; the test split is only scored.
@@ -49,8 +49,8 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -62,7 +62,7 @@ FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool
 
 
 def outcomes_of(queries: Queries) -> Any:
-    from rbench.tasks.routing import routing_outcomes
+    from rbench.tasks.families.routing import routing_outcomes
 
     return routing_outcomes(queries)
 
@@ -131,7 +131,7 @@ def gather(by_llm: np.ndarray, columns: np.ndarray, candidates: np.ndarray) -> n
 
 def budget(examples: int, epochs: float, steps: int, wall_s: float, negatives: int | str, params: int,
            selection: str) -> dict[str, Any]:
-    """The RunRecord's ``training_budget`` (``rbench.budget``'s keys)."""
+    """The RunRecord's ``training_budget`` (``rbench.results.budget``'s keys)."""
     return {"examples_seen": int(examples), "epochs": round(float(epochs), 3), "optimizer_steps": int(steps),
             "train_wall_s": round(float(wall_s), 1), "negatives_per_example": negatives,
             "trainable_params": int(params), "selection": selection}
@@ -195,7 +195,7 @@ class QueryEncodingRouter(BaseRanker):
     """Base of the routers that embed query texts: one lazily loaded ``TextEncoder`` built from
     the options ``model``, ``max_length``, ``batch_size`` and ``device``."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
         super().__init__(config, context)
@@ -315,7 +315,7 @@ class RouterClfRanker(BaseRanker):
     """RouterBERT (RouteLLM's BERT classifier): an encoder fine-tuned as an N-way classifier of the
     best LLM; score = logit. The epoch with the best valid MRR is kept."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     name = "router-clf"
     transfers = False  # one class per training-pool LLM

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.ann import exact_topk, measure
-from rbench.errors import RBenchError
+from rbench.core.errors import RBenchError
+from rbench.engine.ann import exact_topk, measure
 
 pytest.importorskip("faiss")
 
@@ -74,8 +74,8 @@ class _HashEmbed:
 
 
 def test_run_with_ann_keeps_exact_metrics(monkeypatch, tmp_path):
-    from rbench import plugins
-    from rbench.runner import RunOptions, run
+    from rbench.engine import plugins
+    from rbench.run.runner import RunOptions, run
 
     class EP:
         def load(self):

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rbench.api import PROMPTS, Ragged
-from rbench.errors import RBenchError
+from rbench.core.errors import RBenchError
 from rbench.tasks.registry import get_task, paper_tasks
 
 PAPER_SIZES = {"rec-music": (20, 12483), "routing-balance": (20, 1620), "rec-movie": (3884, 4167),
@@ -78,7 +78,7 @@ def test_unknown_task_suggests():
 
 
 def test_listing_does_not_import_heavy_packages():
-    code = ("import sys; from rbench.cli import main; main(['rankers', '--json']); main(['tasks', '--json']);"
+    code = ("import sys; from rbench.cli.app import main; main(['rankers', '--json']); main(['tasks', '--json']);"
             "heavy = [m for m in ('torch', 'transformers', 'recbole', 'peft', 'sentence_transformers') "
             "if m in sys.modules]; print('HEAVY', heavy); sys.exit(1 if heavy else 0)")
     res = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
@@ -86,8 +86,9 @@ def test_listing_does_not_import_heavy_packages():
 
 
 def test_a_task_declared_twice_is_refused_and_the_order_is_the_papers():
-    from rbench.errors import RBenchError
-    from rbench.tasks import recsys, registry
+    from rbench.core.errors import RBenchError
+    from rbench.tasks import registry
+    from rbench.tasks.families import recsys
 
     with pytest.raises(RBenchError, match="declared twice"):
         registry.build((recsys.FAMILY, recsys.RecommendationFamily(specs=recsys.SPECS[:1])))

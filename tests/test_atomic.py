@@ -8,7 +8,7 @@ import time
 
 import pytest
 
-from rbench.atomic import (
+from rbench.core.atomic import (
     atomic_dir,
     atomic_path,
     atomic_replace,

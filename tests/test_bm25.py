@@ -12,8 +12,8 @@ import pytest
 from rankers.bm25 import BM25Options, BM25Ranker, idf_weights
 from rankers.text import ENGLISH_STOPWORDS, Tokenizer
 from rbench.api import Pool, Queries, Ragged
-from rbench.errors import RBenchError
-from rbench.plugins import load_ranker_class, make_ranker
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import load_ranker_class, make_ranker
 
 rank_bm25 = pytest.importorskip("rank_bm25")
 
@@ -180,7 +180,7 @@ def test_full_pool_scores_computed_once_per_query_batch(monkeypatch):
 def test_engine_ranks_planted_documents_first_in_a_large_pool():
     """10^5 documents: index, then the engine's batched x chunked calls (chunks smaller than the
     pool) for a few queries; each query's words were planted in one document only."""
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     n = 100_000
     rng = np.random.default_rng(7)

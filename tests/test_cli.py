@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
-from rbench import plugins
-from rbench.cli import main
-from rbench.plugins import BaseRanker
+from rbench.cli.app import main
+from rbench.engine import plugins
+from rbench.engine.plugins import BaseRanker
 
 
 @dataclass
@@ -169,7 +169,7 @@ def test_help_and_listing(capsys):
 
 
 def test_malformed_data_file_names_file_and_line(capsys, tmp_path, monkeypatch):
-    from rbench import paths
+    from rbench.core import paths
 
     raw = paths.raw_dir("msmarco")
     raw.mkdir(parents=True)
@@ -183,7 +183,7 @@ def test_malformed_data_file_names_file_and_line(capsys, tmp_path, monkeypatch):
 
 
 def test_table_shows_training_budgets_in_every_format(capsys, tmp_path):
-    from rbench.results import RunRecord, record_path, write_run
+    from rbench.results.record import RunRecord, record_path, write_run
 
     res = tmp_path / "results"
     budget = {"examples_seen": 30000, "epochs": 1.0, "optimizer_steps": 3750, "train_wall_s": 61.0,

@@ -1,4 +1,4 @@
-"""``rbench data`` end to end through ``rbench.cli.main`` with RBENCH_HOME in tmp_path: download
+"""``rbench data`` end to end through ``rbench.cli.app.main`` with RBENCH_HOME in tmp_path: download
 from a loopback server, prepare (--from, --set, --seed), import, list, and ``rbench tasks``."""
 
 from __future__ import annotations
@@ -10,9 +10,9 @@ import os
 import pandas as pd
 import pytest
 
-from rbench import paths
 from rbench.api import RemoteFile
-from rbench.cli import main
+from rbench.cli.app import main
+from rbench.core import paths
 
 
 def write_esci_files(d, n_queries: int = 12) -> None:
@@ -47,7 +47,7 @@ def test_prepare_from_a_folder_links_prepares_once_and_shows_sizes(tmp_path, cap
     code, out, err = run(capsys, "data", "prepare", "esci", "--from", str(src))
     assert code == 0, err
     raw = paths.raw_dir("esci")
-    assert sorted(os.listdir(raw)) == [".source.json",  # what the files are (rbench.sources.DataSource)
+    assert sorted(os.listdir(raw)) == [".source.json",  # what the files are (rbench.tasks.sources.DataSource)
                                        "shopping_queries_dataset_examples.parquet",
                                        "shopping_queries_dataset_products.parquet"]
     assert (raw / "shopping_queries_dataset_examples.parquet").is_symlink()

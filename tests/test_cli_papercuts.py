@@ -9,10 +9,10 @@ import sys
 import pytest
 
 import rbench
-from rbench.protocol import PROTOCOL_VERSION
+from rbench.core.protocol import PROTOCOL_VERSION
 from tests.test_cli_data import run
 
-RBENCH = [sys.executable, "-c", "from rbench.cli import entry; entry()"]
+RBENCH = [sys.executable, "-c", "from rbench.cli.app import entry; entry()"]
 
 
 def test_version_names_the_release_and_the_evaluation_protocol(capsys):

@@ -1,4 +1,4 @@
-"""Compile time is not latency (issue 28): ``rbench.fused.warmup`` compiles every kernel signature
+"""Compile time is not latency (issue 28): ``rbench.engine.fused.warmup`` compiles every kernel signature
 the engine calls before an evaluation is timed, so that an evaluation afterwards compiles
 nothing; and ``rbench reproduce --dry-run`` estimates leave a record's ``compile_s`` out.
 
@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rbench import reproduce
+from rbench.results import reproduce
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -27,11 +27,12 @@ _PROBE = r'''
 import json, os
 import numpy as np
 from numba.core.dispatcher import Dispatcher
-from rbench import engine, fused
+from rbench.engine import evaluate as engine
+from rbench.engine import fused
 from tests.helpers import TableRanker, make_pool, make_queries
 
 def signatures():
-    import rbench._fused_kernel as fk, rbench._gemm_kernel as gk
+    import rbench.engine.kernels.fused as fk, rbench.engine.kernels.gemm as gk
     return {f"{m.__name__.rsplit('.', 1)[1]}.{name}": sorted(str(s) for s in d.signatures)
             for m in (fk, gk) for name, d in vars(m).items() if isinstance(d, Dispatcher)}
 
@@ -133,12 +134,12 @@ def probe(tmp_path_factory) -> dict:
 
 def test_warmup_follows_the_switches_once_per_process(probe):
     gemm_only = probe["gemm_only"]
-    assert gemm_only["_gemm_kernel.gemm"] and gemm_only["_gemm_kernel.pair_dots"]
-    assert len(gemm_only["_gemm_kernel.pack_columns"]) == 2  # writable and read-only candidates
-    assert not gemm_only["_fused_kernel.scan"] and not gemm_only["_fused_kernel.gemm_scan"]  # RBENCH_FUSED=0
+    assert gemm_only["gemm.gemm"] and gemm_only["gemm.pair_dots"]
+    assert len(gemm_only["gemm.pack_columns"]) == 2  # writable and read-only candidates
+    assert not gemm_only["fused.scan"] and not gemm_only["fused.gemm_scan"]  # RBENCH_FUSED=0
     warmed = probe["warmed"]
-    assert len(warmed["_fused_kernel.scan"]) == 2  # fp32 and fp64 scores
-    assert warmed["_fused_kernel.gemm_scan"] and warmed["_fused_kernel.finish"]
+    assert len(warmed["fused.scan"]) == 2  # fp32 and fp64 scores
+    assert warmed["fused.gemm_scan"] and warmed["fused.finish"]
     assert probe["gemm_only_s"] > 0 and probe["rest_s"] > 0  # each switch warmed when first on
     assert probe["again_s"] == 0.0
 
@@ -152,7 +153,7 @@ def test_an_evaluation_after_warmup_compiles_nothing(probe):
 
 
 def test_warmup_with_every_switch_off_compiles_nothing():
-    code = ("import sys; from rbench import fused; t = fused.warmup(); "
+    code = ("import sys; from rbench.engine import fused; t = fused.warmup(); "
             "print('PROBE', __import__('json').dumps([t, 'numba' in sys.modules]))")
     assert _child(code, RBENCH_FUSED="0", RBENCH_GEMM="blas") == [0.0, False]
 
@@ -199,7 +200,7 @@ class _SelectsOnValid(_Vectors):
     name = "selects"
 
     def fit(self, task):
-        from rbench.engine import evaluate
+        from rbench.engine.evaluate import evaluate
 
         evaluate(self, task.valid, task.pool, topk=0)
 
@@ -212,7 +213,7 @@ def test_records_time_the_jit_apart(monkeypatch, ranker):
     import time
 
     import rbench
-    from rbench import fused
+    from rbench.engine import fused
 
     done: list[bool] = []
 

@@ -21,8 +21,8 @@ from rankers.dense import (  # noqa: E402
     resolve_model,
 )
 from rbench.api import Pool, RunContext  # noqa: E402
-from rbench.engine import evaluate  # noqa: E402
-from rbench.errors import RBenchError  # noqa: E402
+from rbench.core.errors import RBenchError  # noqa: E402
+from rbench.engine.evaluate import evaluate  # noqa: E402
 from tests.helpers import make_queries  # noqa: E402
 
 WORDS = ("the a movie film space star war love story comedy drama action horror night day city "
@@ -226,13 +226,13 @@ def test_real_minilm_matches_sentence_transformers_pipeline(tmp_path):
 
 
 def test_registered_as_entry_points():
-    from rbench.plugins import load_ranker_class
+    from rbench.engine.plugins import load_ranker_class
 
     assert load_ranker_class("dense") is DenseRanker and load_ranker_class("contriever") is ContrieverRanker
 
 
 def test_bf16_storage_and_matryoshka_truncation(tiny_bert, tmp_path):
-    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+    from rbench.engine.embeddings import from_bf16_bits, to_bf16_bits
 
     pool = _pool(10)
     ref = _manual(tiny_bert, list(pool.texts))

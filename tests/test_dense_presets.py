@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from rankers.dense import PRESETS, DenseRanker, describe_presets, known_defaults, preset_model
-from rbench.errors import RBenchError
-from rbench.plugins import ranker_config
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import ranker_config
 
 
 def test_presets_prompts_and_pooling():

@@ -10,7 +10,7 @@ import pickle
 import numpy as np
 import pytest
 
-from rbench.distributed import (
+from rbench.engine.distributed import (
     ShardEncoder,
     _FixedEmbeddings,
     embed_pool_distributed,
@@ -19,9 +19,9 @@ from rbench.distributed import (
     score_shard,
     shard_bounds,
 )
-from rbench.engine import evaluate, merge
-from rbench.metrics import aggregate, per_query
-from rbench.sharded import ShardedArray, finish, open_matrix, write_shard
+from rbench.engine.evaluate import evaluate, merge
+from rbench.engine.metrics import aggregate, per_query
+from rbench.engine.sharded import ShardedArray, finish, open_matrix, write_shard
 from tests.helpers import make_pool, make_queries
 
 ray = pytest.importorskip("ray")
@@ -169,7 +169,7 @@ def test_ray_embedding_in_order_and_resumable(tmp_path, cluster, backend):
 def test_arrow_texts_pickle_as_their_file(tmp_path):
     import pyarrow as pa
 
-    from rbench.columns import ArrowTextColumn
+    from rbench.tasks.columns import ArrowTextColumn
 
     path = tmp_path / "pool.arrow"
     table = pa.table({"texts": [f"text {i}" for i in range(2000)]})
@@ -185,9 +185,9 @@ def test_run_with_ray_shards_gives_the_single_process_record(monkeypatch, tmp_pa
 
     if importlib.util.find_spec("recbole") is None:  # the distributed environment has no ml-100k
         pytest.skip("ml-100k ships inside recbole (the recsys environment)")
-    from rbench import plugins
-    from rbench.errors import RBenchError
-    from rbench.runner import RunOptions, run
+    from rbench.core.errors import RBenchError
+    from rbench.engine import plugins
+    from rbench.run.runner import RunOptions, run
     from tests.test_ann import _HashEmbed
 
     class EP:

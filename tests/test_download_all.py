@@ -12,10 +12,10 @@ import re
 import pandas as pd
 import pytest
 
-from rbench import paths, sources
 from rbench.api import RemoteFile, Source
-from rbench.errors import RBenchError
-from rbench.tasks import registry
+from rbench.core import paths
+from rbench.core.errors import RBenchError
+from rbench.tasks import registry, sources
 from tests.helpers import Server
 from tests.test_sources import esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
 from tests.test_tasks_passages import qna_records
@@ -148,13 +148,13 @@ def real_format_bodies() -> dict[str, dict[str, bytes]]:
 
 
 def human(n: int) -> str:
-    from rbench.cli_data import _bytes
+    from rbench.cli.data import _bytes
 
     return _bytes(n)
 
 
 def test_download_all_shows_the_total_first_then_fetches_every_task(server, monkeypatch, capsys):
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     bodies = real_format_bodies()
     assert {"msmarco", "routing-balance", "esci", "rec-movie", "rec-toy", "rec-music", "rec-clothing"} <= set(bodies)
@@ -183,7 +183,7 @@ def test_download_all_shows_the_total_first_then_fetches_every_task(server, monk
 
 
 def test_download_all_goes_on_past_a_failed_task_and_exits_2(server, monkeypatch, capsys):
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     bodies = real_format_bodies()
     for name, b in bodies.items():
@@ -200,7 +200,7 @@ def test_download_all_goes_on_past_a_failed_task_and_exits_2(server, monkeypatch
 
 
 def test_download_needs_one_task_or_all(capsys):
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     assert main(["data", "download", "--quiet"]) == 2
     assert "name one TASK or pass --all" in capsys.readouterr().err
@@ -233,7 +233,7 @@ def test_remote_size_reads_head_and_ignores_html(server):
 
 
 def test_a_task_without_a_download_still_says_how_to_get_it(capsys):
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     with pytest.raises(RBenchError, match="no direct public download"):
         sources.remote_files(registry.get_task("ml-100k"))

@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.embeddings import pool_embeddings
+from rbench.engine.embeddings import pool_embeddings
 from tests.helpers import make_pool
 
 
@@ -31,7 +31,7 @@ def test_cached_and_memory_mapped(tmp_path):
 
 @pytest.mark.parametrize("dtype", ["float32", "bfloat16"])
 def test_resumes_after_interruption(tmp_path, dtype):
-    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+    from rbench.engine.embeddings import from_bf16_bits, to_bf16_bits
 
     pool = make_pool(2000)
     calls: list[int] = []
@@ -67,7 +67,7 @@ def test_fp16_storage_and_truncation(tmp_path):
 
 def test_bf16_bits_match_torch_rounding():
     torch = pytest.importorskip("torch")
-    from rbench.embeddings import from_bf16_bits, to_bf16_bits
+    from rbench.engine.embeddings import from_bf16_bits, to_bf16_bits
 
     rng = np.random.default_rng(0)
     x = np.concatenate([rng.standard_normal(10000).astype(np.float32) * 1e3,
@@ -80,9 +80,9 @@ def test_bf16_bits_match_torch_rounding():
 
 
 def test_bf16_storage_reads_as_fp32_chunkwise(tmp_path):
-    from rbench.distributed import _FixedEmbeddings
-    from rbench.embeddings import BF16Matrix, from_bf16_bits, to_bf16_bits
-    from rbench.engine import evaluate
+    from rbench.engine.distributed import _FixedEmbeddings
+    from rbench.engine.embeddings import BF16Matrix, from_bf16_bits, to_bf16_bits
+    from rbench.engine.evaluate import evaluate
     from tests.helpers import make_queries
 
     pool = make_pool(500)
@@ -147,7 +147,7 @@ def test_a_damaged_cache_is_rebuilt_with_a_note(tmp_path, case):
 
 
 def test_a_non_finite_vector_blames_the_encoder_and_caches_nothing(tmp_path):
-    from rbench.errors import RankerOutputError
+    from rbench.core.errors import RankerOutputError
 
     def encode(texts):
         out = np.ones((len(texts), 2), dtype=np.float32)

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench import paths
-from rbench.runner import RunOptions, run
+from rbench.core import paths
+from rbench.run.runner import RunOptions, run
 from tests.test_tasks_passages import qna_records, write_esci, write_qna_parquet
 from tests.test_tasks_recsys import (
     movie_ratings,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.engine import _RunningTopK, _sparse_nonzero, evaluate, merge
+from rbench.engine.evaluate import _RunningTopK, _sparse_nonzero, evaluate, merge
 from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 

@@ -1,4 +1,4 @@
-"""The fused scan (rbench.fused) against the engine's numpy passes, its slow reference: every
+"""The fused scan (rbench.engine.fused) against the engine's numpy passes, its slow reference: every
 rank count, n_ranked and the top-k (ties to the lower pool index) identical, over several
 chunks, with ties, exclusions, several graded positives, fp32 and fp64 scores."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench import fused
+from rbench.engine import fused
 from tests.helpers import (
     TableRanker,
     assert_shards_merge,
@@ -71,7 +71,7 @@ def test_fewer_finite_candidates_than_k(monkeypatch):
 
 def test_dense_scorer_fp32(monkeypatch):
     """The engine's own GEMM path (fp32 scores, scratch buffer reused between chunks)."""
-    from rbench.engine import vector_scorer
+    from rbench.engine.evaluate import vector_scorer
 
     rng = np.random.default_rng(3)
     emb = np.round(rng.standard_normal((2000, 16)), 1).astype(np.float32)  # coarse values: ties
@@ -86,7 +86,7 @@ def test_dense_scorer_fp32(monkeypatch):
         np.testing.assert_array_equal(got.topk_score, ref.topk_score)
 
 
-# The threshold top-k (rbench/_fused_kernel.py): rows of >= ~830 candidates take a threshold from
+# The threshold top-k (rbench/engine/kernels/fused.py): rows of >= ~830 candidates take a threshold from
 # every 16th score (positions 8, 24, 40, ...); shorter chunks collect every finite candidate.
 
 @pytest.mark.parametrize("seed", range(4))
@@ -166,7 +166,7 @@ def test_mixed_precision_chunks(monkeypatch):
 def test_dense_scorer_long_rows(monkeypatch):
     """The engine's GEMM path on rows long enough for the sampled threshold (one chunk, and
     chunks that split the pool unevenly)."""
-    from rbench.engine import vector_scorer
+    from rbench.engine.evaluate import vector_scorer
 
     rng = np.random.default_rng(4)
     emb = rng.standard_normal((9000, 32)).astype(np.float32)
@@ -244,7 +244,7 @@ def test_block_maxima_and_masks_equal_numpy():
     last block."""
     import numba
 
-    from rbench import _fused_kernel as kern
+    from rbench.engine.kernels import fused as kern
 
     @numba.njit
     def maxima(row, p, count):

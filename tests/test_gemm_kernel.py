@@ -1,4 +1,4 @@
-"""rbench's own GEMM (rbench/_gemm_kernel.py) and the engine's fused GEMM + scan over it.
+"""rbench's own GEMM (rbench/engine/kernels/gemm.py) and the engine's fused GEMM + scan over it.
 
 The GEMM is checked against an fp64 product (within the fp32 dot-product error bound, as
 OpenBLAS is), for the same bits whatever the row blocking, batch or thread count, and for its
@@ -11,8 +11,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench import fused
-from rbench.engine import vector_scorer
+from rbench.engine import fused
+from rbench.engine.evaluate import vector_scorer
 from tests.helpers import assert_same_eval as _check_same
 from tests.helpers import assert_shards_merge, make_pool, make_queries
 from tests.helpers import fused_and_reference as _both
@@ -118,7 +118,7 @@ def test_a_candidate_identical_to_a_positive_ties_with_it(monkeypatch, dim, stor
     assert (got.equal == 1).all(), np.bincount(got.equal)
     cand = np.stack([np.roll(np.arange(n_pool), -int(p))[:50] for p in pos])  # positive first, twin second
     lists = make_queries([[int(p)] for p in pos], candidates=cand)
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     per_query = evaluate(None, lists, pool, scorer=vector_scorer(emb, qv, lists), batch_size=16)
     assert (per_query.equal == 1).all(), np.bincount(per_query.equal)
@@ -178,7 +178,7 @@ def test_evaluations_reuse_buffers_without_sharing_results(monkeypatch):
     """The top-k and packing buffers one evaluation leaves are reused by the next (a shorter last
     batch inside the same buffers): results equal fresh ones, and an earlier result's arrays are
     never overwritten by a later evaluation."""
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     rng = np.random.default_rng(5)
     emb = rng.standard_normal((700, 24)).astype(np.float32)

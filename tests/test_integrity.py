@@ -11,10 +11,10 @@ import numpy as np
 import pytest
 
 from rbench.api import Pool, Queries, Ragged
-from rbench.engine import evaluate
-from rbench.errors import RankerOutputError, RBenchError
-from rbench.metrics import MEASURES, aggregate, per_query
-from rbench.plugins import BaseRanker
+from rbench.core.errors import RankerOutputError, RBenchError
+from rbench.engine.evaluate import evaluate
+from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.plugins import BaseRanker
 from tests.helpers import make_pool, make_queries
 
 N_POOL, N_Q = 400, 60
@@ -310,8 +310,8 @@ def test_a_stated_tolerance_admits_small_differences_only():
 def test_the_two_stage_lists_carry_no_stand_in_positives():
     """rank_lists ranks lists without any positive as they are: no invented positive reaches the
     ranker or the ranks."""
-    from rbench.engine import make_scorer
-    from rbench.rerank import rank_lists
+    from rbench.engine.evaluate import make_scorer
+    from rbench.engine.rerank import rank_lists
 
     queries, pool = _shared_task()
     table = _table()
@@ -396,7 +396,7 @@ def test_records_carry_the_rankers_source_digest(honest_pop, tmp_path, monkeypat
     import importlib
     import sys
 
-    from rbench.hashing import source_digest
+    from rbench.core.hashing import source_digest
 
     assert honest_pop.ranker["source_sha256"] == source_digest(_FitRanker) != ""
     module = tmp_path / "my_ranker.py"
@@ -508,7 +508,7 @@ def test_nothing_handed_to_a_ranker_reaches_the_evaluated_labels():
 
 def test_the_checked_batches_are_fixed_and_few():
     """Batches 0, 15, 255, 4095: about log16(n) + 1 checks (the check's cost stays under 2%)."""
-    from rbench.engine import _checked
+    from rbench.engine.evaluate import _checked
 
     assert [b for b in range(70_000) if _checked(b)] == [0, 15, 255, 4095, 65535]
     ranker = Recorder(_table())
@@ -547,7 +547,7 @@ def test_a_changed_ranker_never_gets_an_old_record(tmp_path, monkeypatch):
     import warnings
 
     import rbench
-    from rbench import runner
+    from rbench.run import runner
 
     first = rbench.evaluate(_Versioned("1"), "ml-100k", max_queries=60, results_dir=tmp_path)
     with pytest.warns(UserWarning, match="kept the existing RunRecord"):

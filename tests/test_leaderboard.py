@@ -4,16 +4,16 @@ from __future__ import annotations
 
 import numpy as np
 
-from rbench.leaderboard import build, to_csv, to_json, to_markdown
-from rbench.pools import Variant
-from rbench.results import ColumnKey, RowKey, RunRecord, per_query_bytes, record_path, write_run
+from rbench.results.leaderboard import build, to_csv, to_json, to_markdown
+from rbench.results.record import ColumnKey, RowKey, RunRecord, per_query_bytes, record_path, write_run
+from rbench.tasks.pools import Variant
 
 ML = ColumnKey("ml-100k")
 
 
 def _write(res, ranker, task, rr_values, scenario="large", variant="original", ranker_info=None, options=None,
            label=None, task_options=None, created="2026-11-22T00:00:00+00:00"):
-    from rbench.config import config_hash
+    from rbench.core.config import config_hash
 
     rr = np.asarray(rr_values, dtype=float)
     values = {"nDCG@10": rr * 0.9, "RR": rr, "R@10": (rr > 0.1).astype(float), "R@100": np.ones_like(rr)}
@@ -63,7 +63,7 @@ def test_variant_tables_are_separate(tmp_path):
 
 
 def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
-    from rbench.leaderboard import paper_reference
+    from rbench.results.leaderboard import paper_reference
 
     _write(tmp_path, "pop", "rec-movie", [0.5, 0.2])
     lb = build(tmp_path, "large")
@@ -81,7 +81,7 @@ def test_paper_reference_rows_are_separate_and_labelled(tmp_path):
 
 
 def test_labels_spell_out_non_default_options():
-    from rbench.results import RunRecord
+    from rbench.results.record import RunRecord
 
     rec = RunRecord(task="msmarco", variant="original", scenario="large", task_fingerprint="f",
                     ranker={"name": "dense", "version": "1", "config": {}}, seed=1, n_queries=4, metrics={},
@@ -108,7 +108,7 @@ def test_variant_table_shows_relative_mrr_change(tmp_path):
 def test_lranker_rows_are_named_by_preset_and_ablation():
     from rankers.lranker.config import CPU_PRESET
     from rankers.lranker.ranker import LRankerRanker
-    from rbench.plugins import make_ranker
+    from rbench.engine.plugins import make_ranker
 
     assert make_ranker("lranker", {}).label == "lranker"
     cpu = make_ranker("lranker", {"preset": "cpu"}).config
@@ -133,7 +133,7 @@ def test_training_budgets_are_shown_for_trained_rows_only(tmp_path):
 
     from rich.console import Console
 
-    from rbench.leaderboard import rich_budget_table
+    from rbench.results.leaderboard import rich_budget_table
 
     _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])  # untrained: no budget
     _write(tmp_path, "sasrec", "ml-100k", [0.6, 0.3], ranker_info={"training_budget": SASREC_BUDGET,
@@ -164,7 +164,7 @@ def test_training_budgets_are_shown_for_trained_rows_only(tmp_path):
 
 
 def test_records_without_budgets_show_no_footnote(tmp_path):
-    from rbench.leaderboard import rich_budget_table
+    from rbench.results.leaderboard import rich_budget_table
 
     _write(tmp_path, "pop", "ml-100k", [0.5, 0.2])
     _write(tmp_path, "sasrec", "ml-100k", [0.6, 0.3], ranker_info={"epochs_run": 3})  # an older record
@@ -177,7 +177,7 @@ def test_rows_are_configurations_and_labels_come_from_the_records(tmp_path, monk
     """Rows key on (ranker, non-default options), never on the rendered name: two configurations
     whose stored labels coincide both show (told apart by their option hashes); one
     configuration on two test sets is one row; no plugin is imported to name a row."""
-    from rbench import plugins
+    from rbench.engine import plugins
 
     def no_import(name):
         raise AssertionError(f"the leaderboard imported plugin {name!r}")

@@ -23,9 +23,9 @@ from rbench.api import (  # noqa: E402
     PROMPTS,
     RunContext,  # noqa: E402
 )
-from rbench.config import build_config  # noqa: E402
-from rbench.engine import evaluate  # noqa: E402
-from rbench.errors import RBenchError  # noqa: E402
+from rbench.core.config import build_config  # noqa: E402
+from rbench.core.errors import RBenchError  # noqa: E402
+from rbench.engine.evaluate import evaluate  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
@@ -507,7 +507,7 @@ def test_paper_gpu_budget_options_combine():
 
 
 def test_explicit_paper_values_win_over_the_cpu_preset():
-    from rbench.config import build_config
+    from rbench.core.config import build_config
 
     cfg = build_config(LRankerConfig, {"preset": "cpu", "similarity": "dot", "learn_temperature": "false",
                                        "temperature": "0.15"}, "lranker")
@@ -515,7 +515,7 @@ def test_explicit_paper_values_win_over_the_cpu_preset():
     assert cfg.model == "all-MiniLM-L6-v2" and cfg.finetune == "full"  # the rest of the preset stays
     plain = build_config(LRankerConfig, {"preset": "cpu"}, "lranker")
     assert (plain.similarity, plain.learn_temperature, plain.temperature) == ("cosine", True, 0.05)
-    from rbench.config import config_dict
+    from rbench.core.config import config_dict
 
     label = LRankerRanker.label_for(config_dict(cfg))  # the table row names what differs from the preset
     assert label.startswith("lranker (preset=cpu") and "similarity=dot" in label and "temperature=0.15" in label

@@ -81,7 +81,7 @@ def test_rbench_run_launched_trains_distributed_then_evaluates(tmp_path, monkeyp
     import torch.distributed as dist
 
     from rankers.lranker import train as train_module
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

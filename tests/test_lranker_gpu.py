@@ -15,7 +15,7 @@ from rankers.lranker.config import LRankerConfig  # noqa: E402
 from rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
 from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
-from rbench.errors import RBenchError  # noqa: E402
+from rbench.core.errors import RBenchError  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
@@ -77,7 +77,7 @@ def test_gradient_checkpointing_option_auto_is_cuda_only_on_forces_it_and_bools_
     assert states == {"auto": False, "on": True, "off": False}
     with pytest.raises(RBenchError, match="gradient_checkpointing"):
         LRankerConfig(gradient_checkpointing=True).validate()  # type: ignore[arg-type]
-    from rbench.plugins import make_ranker
+    from rbench.engine.plugins import make_ranker
 
     assert make_ranker("lranker", {"gradient_checkpointing": "on"}).cfg.gradient_checkpointing == "on"
     with pytest.raises(RBenchError, match="auto, on, off"):

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from ir_measures import RR, R, nDCG
 
-from rbench.engine import evaluate
-from rbench.metrics import MEASURES, aggregate, per_query
+from rbench.engine.evaluate import evaluate
+from rbench.engine.metrics import MEASURES, aggregate, per_query
 from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 IRM = {"nDCG@10": nDCG @ 10, "RR": RR, "R@10": R @ 10, "R@100": R @ 100}
@@ -122,7 +122,7 @@ def test_memory_bounded_by_batch_times_chunk():
 
 
 def test_shards_merge_exactly_into_the_single_scan():
-    from rbench.engine import merge
+    from rbench.engine.evaluate import merge
 
     rng = np.random.default_rng(5)
     n_q, n_pool = 30, 700
@@ -143,7 +143,7 @@ def test_shards_merge_exactly_into_the_single_scan():
 
 
 def test_dense_path_refuses_non_finite_vectors():
-    from rbench.errors import RankerOutputError
+    from rbench.core.errors import RankerOutputError
 
     class Emb:
         name, version, config = "emb", "0", {}

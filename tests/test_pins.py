@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rbench.api import Pool, Queries, Ragged
-from rbench.engine import evaluate
+from rbench.engine.evaluate import evaluate
 
 
 def reference_ranks(scores: np.ndarray, positives: list[list[int]], grades: list[list[float]]) -> list[list[int]]:
@@ -64,8 +64,8 @@ def test_many_positives_branch_matches_the_reference_with_ties(chunk):
 
 def test_a_run_evaluates_the_test_split_and_pop_on_ml100k_is_pinned(tmp_path):
     pytest.importorskip("recbole")
-    from rbench.results import read_per_query
-    from rbench.runner import RunOptions, run
+    from rbench.results.record import read_per_query
+    from rbench.run.runner import RunOptions, run
     from rbench.tasks.registry import load_task
 
     data = load_task("ml-100k")
@@ -82,8 +82,8 @@ def test_a_run_evaluates_the_test_split_and_pop_on_ml100k_is_pinned(tmp_path):
 
 
 def test_equal_mrr_is_marked_below_popularity():
-    from rbench.leaderboard import POP, Leaderboard
-    from rbench.results import RowKey
+    from rbench.results.leaderboard import POP, Leaderboard
+    from rbench.results.record import RowKey
 
     col = object()
     model = RowKey("model")

@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from rbench import rerank
 from rbench.api import Ragged, TaskData
+from rbench.engine import rerank
 from tests.helpers import make_pool, make_queries
 
 
@@ -41,8 +41,8 @@ def test_rerank_cache_key_depends_on_the_transfer_source_fingerprint():
 # 3. --overwrite only-missing keeps a record only for the same transfer source
 def test_only_missing_reruns_when_the_transfer_source_changed(tmp_path):
     import rbench
-    from rbench.results import RunRecord, per_query_bytes, record_path, write_run
-    from rbench.runner import RunOptions, _existing, _task_key, make_plan
+    from rbench.results.record import RunRecord, per_query_bytes, record_path, write_run
+    from rbench.run.runner import RunOptions, _existing, _task_key, make_plan
 
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", results_dir=tmp_path, overwrite="only-missing",
                                 topk=0))
@@ -76,7 +76,7 @@ def test_evaluate_skipped_record_has_its_per_query(tmp_path):
 
 # 5./6. ▽ at an RR equal to popularity's; the random floor never gets it
 def _lb_write(res, ranker, rr):
-    from rbench.results import RunRecord, per_query_bytes, record_path, write_run
+    from rbench.results.record import RunRecord, per_query_bytes, record_path, write_run
 
     rr = np.asarray(rr, dtype=float)
     values = {"nDCG@10": rr * 0.9, "RR": rr, "R@10": (rr > 0.1).astype(float), "R@100": np.ones_like(rr)}
@@ -89,7 +89,7 @@ def _lb_write(res, ranker, rr):
 
 
 def _leaderboard(tmp_path):
-    from rbench.leaderboard import build
+    from rbench.results.leaderboard import build
 
     base = np.linspace(0.1, 0.6, 40)
     _lb_write(tmp_path, "pop", base)
@@ -100,7 +100,7 @@ def _leaderboard(tmp_path):
 
 
 def test_rr_equal_to_popularity_does_not_beat_it(tmp_path):
-    from rbench.results import ColumnKey, RowKey
+    from rbench.results.record import ColumnKey, RowKey
 
     lb = _leaderboard(tmp_path)
     assert lb.value(RowKey("tied"), ColumnKey("ml-100k"), "RR") == lb.value(RowKey("pop"), ColumnKey("ml-100k"), "RR")
@@ -109,8 +109,8 @@ def test_rr_equal_to_popularity_does_not_beat_it(tmp_path):
 
 
 def test_random_floor_is_exempt_from_the_below_popularity_mark(tmp_path):
-    from rbench.leaderboard import to_markdown
-    from rbench.results import ColumnKey, RowKey
+    from rbench.results.leaderboard import to_markdown
+    from rbench.results.record import ColumnKey, RowKey
 
     lb = _leaderboard(tmp_path)
     assert (RowKey("random"), ColumnKey("ml-100k")) not in lb.below_pop()
@@ -191,7 +191,7 @@ def test_combine_keeps_the_tie_straddle_correction():
 
 # 10. `rbench data qrels --split train` under a variant names the training pool's ids
 def test_qrels_train_split_under_a_variant_uses_the_fit_pool(monkeypatch, capsys):
-    import rbench.runner
+    import rbench.run.runner
     import rbench.tasks.registry
     from tests.helpers import cli
 
@@ -199,7 +199,7 @@ def test_qrels_train_split_under_a_variant_uses_the_fit_pool(monkeypatch, capsys
     data = TaskData(spec=None, pool=make_pool(5, prefix="X"), train=q, valid=q, test=q,  # type: ignore[arg-type]
                     variant="mixed", train_pool=make_pool(5, prefix="T"))
     monkeypatch.setattr(rbench.tasks.registry, "load", lambda *a, **k: data)
-    monkeypatch.setattr(rbench.runner, "apply_variant", lambda *a, **k: data)
+    monkeypatch.setattr(rbench.run.runner, "apply_variant", lambda *a, **k: data)
     code, out, err = cli(capsys, "data", "qrels", "ml-100k", "--split", "train", "--variant", "mixed")
     assert code == 0, err
     docs = [line.split()[2] for line in out.splitlines() if line.strip()]
@@ -211,7 +211,7 @@ def test_qrels_train_split_under_a_variant_uses_the_fit_pool(monkeypatch, capsys
 
 # 11. a recipe's own [tolerance] is what the grader reads
 def test_grader_uses_the_recipes_own_tolerance():
-    from rbench import reproduce
+    from rbench.results import reproduce
 
     text = ('title = "t"\npaper = "Table 2"\nkind = "table"\n\n[tolerance]\nok = 0.03\nokish = 0.1\n\n'
             '[[runs]]\nranker = "pop"\ntasks = ["ml-100k"]\n')

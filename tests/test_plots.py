@@ -3,9 +3,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.cli import main
-from rbench.plots import scaling_points
-from rbench.results import RunRecord, record_path, write_run
+from rbench.cli.app import main
+from rbench.results.plots import scaling_points
+from rbench.results.record import RunRecord, record_path, write_run
 
 
 def _rec(res, ranker, variant, pool, rr):
@@ -54,7 +54,7 @@ def _curve(n, loss0, mrr0, with_loss=True):
 
 
 def test_training_plot(tmp_path, capsys):
-    from rbench.plots import training_curves
+    from rbench.results.plots import training_curves
 
     res = tmp_path / "results"
     _trained(res, "lranker", _curve(3, 2.0, 0.05))

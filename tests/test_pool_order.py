@@ -18,10 +18,10 @@ from typing import Any
 import numpy as np
 import pytest
 
-from rbench import paths
 from rbench.api import Pool, Queries, TaskData
-from rbench.engine import evaluate
-from rbench.metrics import aggregate, per_query
+from rbench.core import paths
+from rbench.engine.evaluate import evaluate
+from rbench.engine.metrics import aggregate, per_query
 from rbench.tasks.kit import hashed_order
 from rbench.tasks.registry import import_task, load_task
 from tests.test_tasks_imported import write_jsonl

@@ -8,10 +8,10 @@ import dataclasses
 import numpy as np
 import pytest
 
-from rbench import pools, store
 from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.columns import ArrowTextColumn, MergedTexts
-from rbench.errors import RBenchError
+from rbench.core.errors import RBenchError
+from rbench.tasks import pools, store
+from rbench.tasks.columns import ArrowTextColumn, MergedTexts
 from rbench.tasks.registry import TASKS
 
 
@@ -177,7 +177,7 @@ def test_lazy_text_columns_stay_lazy():
 
 
 def test_registry_donors_come_from_prepared_tasks(tmp_path):
-    from rbench import paths
+    from rbench.core import paths
     from rbench.tasks.registry import BUILTIN, donor_pool
     from tests.test_cli_data import write_esci_files
 

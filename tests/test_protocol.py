@@ -1,4 +1,4 @@
-"""The evaluation protocol (``rbench.protocol``) and the data source a record names: a record is
+"""The evaluation protocol (``rbench.core.protocol``) and the data source a record names: a record is
 reused, compared and labelled only as what it is."""
 
 from __future__ import annotations
@@ -11,11 +11,11 @@ import numpy as np
 import pytest
 
 import rbench
-from rbench import paths, protocol
 from rbench.api import RemoteFile, Source
-from rbench.leaderboard import build, to_csv, to_markdown
-from rbench.results import ColumnKey, RowKey, read_record
-from rbench.sources import DataSource, from_source, read_provenance, write_provenance
+from rbench.core import paths, protocol
+from rbench.results.leaderboard import build, to_csv, to_markdown
+from rbench.results.record import ColumnKey, RowKey, read_record
+from rbench.tasks.sources import DataSource, from_source, read_provenance, write_provenance
 from tests.test_cli_data import run, write_esci_files
 from tests.test_leaderboard import _write
 
@@ -27,19 +27,19 @@ ML = ColumnKey("ml-100k")
 def test_the_protocol_code_is_the_one_its_version_was_declared_for():
     digest = protocol.code_digest()
     assert digest in protocol.KNOWN_DIGESTS[protocol.PROTOCOL_VERSION], (
-        f"the code a record's numbers depend on (rbench.protocol.PROTOCOL_CODE) changed: digest {digest}. "
+        f"the code a record's numbers depend on (rbench.core.protocol.PROTOCOL_CODE) changed: digest {digest}. "
         "If numbers can move, bump PROTOCOL_VERSION and regenerate the committed records; if they cannot, "
         "add the digest to KNOWN_DIGESTS[PROTOCOL_VERSION]")
 
 
 def test_the_digest_sees_code_and_ignores_docstrings_and_comments(tmp_path, monkeypatch):
-    metrics = Path(protocol._files("rbench.metrics")[0]).read_text(encoding="utf-8")
+    metrics = Path(protocol._files("rbench.engine.metrics")[0]).read_text(encoding="utf-8")
     real = protocol._files
 
     def with_copy(text):
         copy = tmp_path / "metrics.py"
         copy.write_text(text, encoding="utf-8")
-        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.metrics" else real(m))
+        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.engine.metrics" else real(m))
         return protocol.code_digest()
 
     base = with_copy(metrics)
@@ -47,17 +47,17 @@ def test_the_digest_sees_code_and_ignores_docstrings_and_comments(tmp_path, monk
     assert "np.log2" in metrics
     assert with_copy(metrics.replace("np.log2", "np.log10", 1)) != base  # a planted change of a measure
     monkeypatch.setattr(protocol, "_files", real)
-    assert protocol.code_digest() != base or metrics == Path(real("rbench.metrics")[0]).read_text()
+    assert protocol.code_digest() != base or metrics == Path(real("rbench.engine.metrics")[0]).read_text()
 
 
 def test_a_runner_function_in_the_protocol_is_hashed_alone(tmp_path, monkeypatch):
-    runner = Path(protocol._files("rbench.runner")[0]).read_text(encoding="utf-8")
+    runner = Path(protocol._files("rbench.run.runner")[0]).read_text(encoding="utf-8")
     real = protocol._files
     copy = tmp_path / "runner.py"
 
     def digest(text):
         copy.write_text(text, encoding="utf-8")
-        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.runner" else real(m))
+        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.run.runner" else real(m))
         return protocol.code_digest()
 
     base = digest(runner)

@@ -90,7 +90,7 @@ def test_ranker_from_a_file(capsys, tmp_path):
     src.write_text(textwrap.dedent('''
         from dataclasses import dataclass
         import numpy as np
-        from rbench.plugins import BaseRanker
+        from rbench.engine.plugins import BaseRanker
 
         @dataclass
         class Opts:
@@ -122,7 +122,7 @@ def test_ranker_from_a_file(capsys, tmp_path):
 def test_an_object_carries_its_own_options():
     import numpy as np
 
-    from rbench.errors import RBenchError
+    from rbench.core.errors import RBenchError
 
     class Flat:
         name, version, config = "flat", "1", {}

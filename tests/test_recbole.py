@@ -27,9 +27,9 @@ from rbench.api import (  # noqa: E402
     TaskData,
     TaskSpec,  # noqa: E402
 )
-from rbench.engine import evaluate  # noqa: E402
-from rbench.metrics import MEASURES, aggregate, per_query  # noqa: E402
-from rbench.tasks.recsys import load_atomic_dir  # noqa: E402
+from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench.engine.metrics import MEASURES, aggregate, per_query  # noqa: E402
+from rbench.tasks.families.recsys import load_atomic_dir  # noqa: E402
 
 N_USERS, N_ITEMS = 60, 30
 SPEC = TaskSpec(name="toyrec", title="toy", scenario="large", domain="recommendation", description="",
@@ -306,7 +306,7 @@ def test_siblings_build_and_match_their_own_predictions(name, toy, tmp_path, mon
 
 
 def test_registered_as_entry_points():
-    from rbench.plugins import load_ranker_class
+    from rbench.engine.plugins import load_ranker_class
 
     for name, cls in (("sasrec", R.SASRecRanker), ("gru4rec", R.GRU4RecRanker), ("bert4rec", R.BERT4RecRanker),
                       ("bpr", R.BPRRanker), ("fm", R.FMRanker)):
@@ -314,8 +314,8 @@ def test_registered_as_entry_points():
 
 
 def test_options_are_checked():
-    from rbench.errors import RBenchError
-    from rbench.plugins import make_ranker
+    from rbench.core.errors import RBenchError
+    from rbench.engine.plugins import make_ranker
 
     r = make_ranker("sasrec", {"epochs": "2", "hidden_size": "32", "recbole": '{"clip_grad_norm": {"max_norm": 5}}'})
     cfg = r.recbole_config(R.WrittenData(Path("/x"), "k", {}, {}), Path("/run"))

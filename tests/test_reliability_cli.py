@@ -9,11 +9,11 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
-from rbench import plugins
-from rbench.config import parse_assignments
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
-from rbench.runner import RunOptions
+from rbench.core.config import parse_assignments
+from rbench.core.errors import RBenchError
+from rbench.engine import plugins
+from rbench.engine.plugins import BaseRanker
+from rbench.run.runner import RunOptions
 from tests.helpers import cli, one_line
 
 # --------------------------------------------------------------------------------------------
@@ -48,7 +48,7 @@ def test_no_arguments_still_show_the_help(capsys):
 
 def test_an_eof_error_is_not_an_internal_abort(capsys, monkeypatch, tmp_path):
     """click turns any EOFError (a truncated gzip read inside a command) into Abort."""
-    from rbench import leaderboard
+    from rbench.results import leaderboard
 
     def truncated(*_a, **_k):
         raise EOFError("Compressed file ended before the end-of-stream marker was reached")
@@ -113,7 +113,7 @@ def test_a_repeated_set_key_is_refused_naming_it(capsys, tmp_path):
 
 
 def test_a_file_in_place_of_the_target_folder_fails_before_any_work(capsys, tmp_path, monkeypatch):
-    from rbench import runner
+    from rbench.run import runner
 
     (tmp_path / "large").mkdir()
     (tmp_path / "large" / "ml-100k").write_text("not a folder")

@@ -11,9 +11,9 @@ import shutil
 import numpy as np
 import pytest
 
-from rbench import paths
-from rbench.errors import DataError, RBenchError
-from rbench.tasks.imported import read_beir
+from rbench.core import paths
+from rbench.core.errors import DataError, RBenchError
+from rbench.tasks.families.imported import read_beir
 from rbench.tasks.registry import import_task, load_task
 from tests.test_tasks_imported import beir
 from tests.test_tasks_recsys import movie_ratings, toy_reviews, write_ml1m_dat, write_toy
@@ -74,7 +74,7 @@ def test_grades_nDCG_cannot_hold_are_refused(tmp_path):
 
 def test_the_engine_refuses_an_overflowing_grade_from_any_task():
     from rbench.api import Pool, Queries, Ragged
-    from rbench.engine import validate_queries
+    from rbench.engine.evaluate import validate_queries
 
     pool = Pool(ids=np.array(["a", "b"], dtype=object), texts=np.array(["x", "y"], dtype=object), name="p")
     q = Queries(ids=np.array(["q0", "q1"], dtype=object), texts=["", ""], positives=Ragged.from_rows([[0], [1]]),
@@ -134,7 +134,7 @@ def _refuse(kind):
 
 
 def test_an_unwritable_home_is_one_line_and_reading_a_prepared_task_still_works(tmp_path, capsys, monkeypatch):
-    from rbench import store
+    from rbench.tasks import store
     from tests.helpers import cli, one_line
     from tests.test_cli_data import write_esci_files
 
@@ -150,7 +150,7 @@ def test_an_unwritable_home_is_one_line_and_reading_a_prepared_task_still_works(
 
 
 def test_a_full_disk_is_one_line_and_the_old_record_stays(tmp_path, capsys, monkeypatch):
-    from rbench import results
+    from rbench.results import record as results
     from tests.helpers import cli
 
     out = tmp_path / "r"

@@ -21,7 +21,7 @@ import numpy as np
 import pytest
 
 import rbench
-from rbench.errors import RankerOutputError, RBenchError
+from rbench.core.errors import RankerOutputError, RBenchError
 from tests.helpers import cli, make_pool, make_queries, one_line
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -39,7 +39,7 @@ def _forbid(monkeypatch, module, name: str, what: str) -> None:
 @pytest.fixture
 def no_loading(monkeypatch):
     """Loading the task fails the test: what is checked must be checked before it."""
-    from rbench import runner
+    from rbench.run import runner
 
     _forbid(monkeypatch, runner, "load", "the task was loaded")
 
@@ -75,7 +75,7 @@ def test_rbench_home_under_a_file_is_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_reproduce_output_that_is_a_file_is_refused_before_running(capsys, tmp_path, monkeypatch):
-    from rbench import reproduce
+    from rbench.results import reproduce
 
     _forbid(monkeypatch, reproduce, "run", "the experiment ran")
     target = tmp_path / "tables"
@@ -179,7 +179,7 @@ def _small():
 
 def test_a_tensor_that_requires_grad_is_scored():
     pytest.importorskip("torch")
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     queries, pool = _small()
     result = evaluate(_TensorScores(), queries, pool, topk=3)
@@ -187,7 +187,7 @@ def test_a_tensor_that_requires_grad_is_scored():
 
 
 def test_vectors_given_as_lists_are_scored():
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     queries, pool = _small()
     result = evaluate(_ListVectors(), queries, pool, topk=2)
@@ -195,7 +195,7 @@ def test_vectors_given_as_lists_are_scored():
 
 
 def test_scores_numpy_cannot_take_name_the_ranker():
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     queries, pool = _small()
     with pytest.raises(RankerOutputError, match="dicty"):
@@ -259,7 +259,7 @@ def test_a_ranker_file_calling_sys_exit_is_one_line(capsys, tmp_path):
 
 def test_a_rankers_py_in_the_working_folder_does_not_hide_the_builtins(tmp_path):
     (tmp_path / "rankers.py").write_text("raise RuntimeError('the user file was imported')\n")
-    code = ("import sys; from rbench.plugins import load_ranker_class; "
+    code = ("import sys; from rbench.engine.plugins import load_ranker_class; "
             "print(load_ranker_class('pop').__module__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                           check=False)

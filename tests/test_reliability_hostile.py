@@ -4,7 +4,7 @@ or markup, a label that would break a Markdown table. Each is one line naming th
 a note, or the text printed as it is; never an internal error, a hang or memory run out.
 
 Choices: a donor task whose files fail to load is left out of a pool variant with a note naming
-it (``rbench.pools``' module doc: "a donor whose data is not present (or fails to load) is left
+it (``rbench.tasks.pools``' module doc: "a donor whose data is not present (or fails to load) is left
 out and named"), so one bad donor never stops the runs of other tasks; a per-query file that is
 not a regular file is a note like any other bad per-query file (its record's metrics stay valid).
 Tests that could hang or read without end run in a child process with a timeout and a 4 GiB
@@ -23,10 +23,10 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbench import paths
-from rbench.errors import DataError
-from rbench.results import read_record, record_path, write_run
-from rbench.tasks.imported import read_beir
+from rbench.core import paths
+from rbench.core.errors import DataError
+from rbench.results.record import read_record, record_path, write_run
+from rbench.tasks.families.imported import read_beir
 from rbench.tasks.registry import import_task, load_task
 from tests.helpers import cli, one_line
 from tests.test_reliability_tables import record, write
@@ -63,7 +63,7 @@ def run_process(*args: str, timeout: float = 60) -> tuple[int, str, str]:
 
 def cli_process(*args: str) -> tuple[int, str, str]:
     """``rbench ARGS`` in a child process (``run_process``)."""
-    return run_process("-m", "rbench.cli", *args)
+    return run_process("-m", "rbench.cli.app", *args)
 
 
 @pytest.fixture
@@ -112,7 +112,7 @@ def test_a_hostile_existing_record_is_replaced_by_the_run(capsys, tmp_path):
 
 
 def test_a_record_over_the_size_limit_is_refused_unread(res, monkeypatch):
-    from rbench import inputs
+    from rbench.core import inputs
 
     monkeypatch.setattr(inputs, "MAX_JSON_BYTES", 100)
     path = res / "large" / "ml-100k" / "bm25.json"
@@ -286,7 +286,7 @@ def _pipes(line: str) -> int:
 
 
 def test_a_label_with_a_pipe_or_a_newline_keeps_the_markdown_table_whole(tmp_path):
-    from rbench.leaderboard import build, to_markdown
+    from rbench.results.leaderboard import build, to_markdown
 
     res = tmp_path / "results"
     write(res, "pop", np.linspace(0.05, 0.5, 20))
@@ -300,7 +300,7 @@ def test_a_label_with_a_pipe_or_a_newline_keeps_the_markdown_table_whole(tmp_pat
 
 
 def test_a_reproduced_table_escapes_its_cells(tmp_path):
-    from rbench import reproduce
+    from rbench.results import reproduce
 
     recipe = reproduce.get("smoke")
     row = {"ranker": "x|y", "task": "ml-100k", "variant": "orig|inal", "measure": "MRR", "rbench": 1.0,

@@ -19,10 +19,10 @@ import numpy as np
 import pytest
 
 import rbench
-from rbench import rerank
-from rbench.errors import DataError, RBenchError
-from rbench.results import read_record, record_path, write_run
-from rbench.runner import RunOptions, make_plan
+from rbench.core.errors import DataError, RBenchError
+from rbench.engine import rerank
+from rbench.results.record import read_record, record_path, write_run
+from rbench.run.runner import RunOptions, make_plan
 from tests.helpers import cli, make_pool, make_queries, one_line
 
 # --------------------------------------------------------------------------------------------
@@ -71,11 +71,11 @@ def test_a_ranker_name_that_cannot_name_its_record_is_refused(capsys, tmp_path, 
         line = one_line(err)
         assert code == 2 and repr(name) in line and "'.'" in line
         assert not results.exists() or not list(results.rglob("*.json"))
-    from rbench.plugins import RankerRef
+    from rbench.engine.plugins import RankerRef
 
     ref = RankerRef(name, object, "entry-point")  # a registered (entry point) name as it is resolved
     with pytest.MonkeyPatch.context() as mp:
-        mp.setattr("rbench.runner.resolve_ranker", lambda _r: ref)
+        mp.setattr("rbench.run.runner.resolve_ranker", lambda _r: ref)
         with pytest.raises(RBenchError, match="cannot name its RunRecord file"):
             make_plan(RunOptions(ranker=name, task="ml-100k", write=False))
 
@@ -162,8 +162,8 @@ def test_an_out_of_range_value_is_a_malformed_record(capsys, res, tmp_path, fiel
 
 def test_a_repeated_variant_runs_each(capsys, tmp_path, monkeypatch):
     # shift and scaled:N need donor tasks prepared: the runs are planned for real, executed as stubs
-    from rbench import public, runner
-
+    from rbench import public
+    from rbench.run import runner
     planned = []
 
     def plan(ranker, task, **kw):

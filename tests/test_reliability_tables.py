@@ -15,9 +15,9 @@ import json
 import numpy as np
 import pytest
 
-from rbench import results
-from rbench.leaderboard import build, to_csv, to_json, to_markdown
-from rbench.results import (
+from rbench.results import record as results
+from rbench.results.leaderboard import build, to_csv, to_json, to_markdown
+from rbench.results.record import (
     ColumnKey,
     RowKey,
     RunRecord,

@@ -2,12 +2,12 @@
 temporaries of killed runs and imports, ``-o`` paths, the table's footer, ``reproduce
 --results-dir FILE``, a FIFO as a stage-1 run file, Markdown written from user text.
 
-Choices: writers of the same RunRecord take turns (``rbench.results.write_run`` holds a lock
+Choices: writers of the same RunRecord take turns (``rbench.results.record.write_run`` holds a lock
 on the record's folder for the whole write: no lock file, released when a process dies), so the
 last one wins whole and the side files of the runs before it are still removed at once; a
-temporary is removed when it is older than ``rbench.atomic.STALE_AFTER_S`` (a live writer's is
+temporary is removed when it is older than ``rbench.core.atomic.STALE_AFTER_S`` (a live writer's is
 younger) at the start of a run into that results folder and of an import; ``-o`` follows one
-rule (``rbench.outputs.output_file``): a folder (existing, or ending in ``/``) gets the default
+rule (``rbench.results.outputs.output_file``): a folder (existing, or ending in ``/``) gets the default
 file name inside it, a name without a suffix gets the format's suffix, and the path printed is
 the path written; ``rbench table``'s default output stays ``./leaderboards`` whatever
 ``--results-dir`` is (the help says so; the footer names the results folder read).
@@ -26,9 +26,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbench import results
-from rbench.atomic import STALE_AFTER_S
-from rbench.results import RunRecord, read_per_query, read_record, record_path, write_run
+from rbench.core.atomic import STALE_AFTER_S
+from rbench.results import record as results
+from rbench.results.record import RunRecord, read_per_query, read_record, record_path, write_run
 from tests.helpers import cli, one_line
 from tests.test_reliability_tables import record, write
 
@@ -153,7 +153,7 @@ def test_a_run_removes_stale_temporaries_of_its_results_folder(capsys, tmp_path)
 
 
 def test_an_import_removes_stale_hidden_copies_of_killed_imports(tmp_path):
-    from rbench.tasks.imported import imported_root
+    from rbench.tasks.families.imported import imported_root
     from rbench.tasks.registry import import_task
     from tests.test_tasks_imported import beir
 
@@ -241,7 +241,7 @@ def test_table_footer_names_the_results_dir_given(capsys, tmp_path, res, monkeyp
     md = (tmp_path / "leaderboards" / "large.md").read_text()
     assert f"from the RunRecords in `{res}/`." in md and "in `results/`" not in md
     assert "written: leaderboards/large.md" in out.replace("\n", "")
-    from rbench.leaderboard import build, to_markdown
+    from rbench.results.leaderboard import build, to_markdown
 
     odd = to_markdown(build(res, "large"), results_dir="a`b\nc|d")
     assert "in ``a`b c|d/``." in odd.splitlines()[-1]  # one line, the span not closed early
@@ -254,7 +254,7 @@ def test_table_footer_names_the_results_dir_given(capsys, tmp_path, res, monkeyp
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_reproduce_results_dir_that_is_a_file_is_refused_before_running(capsys, tmp_path, monkeypatch, dry_run):
-    from rbench import reproduce
+    from rbench.results import reproduce
 
     def refuse(*_a, **_k):
         raise AssertionError("the experiment ran before the check")
@@ -291,7 +291,7 @@ def alarm():
 
 @pytest.mark.parametrize("kind", ["fifo", "dev-zero"])
 def test_a_stage1_run_file_that_is_not_a_regular_file_is_one_line(capsys, tmp_path, monkeypatch, alarm, kind):
-    from rbench import runner
+    from rbench.run import runner
 
     def refuse(*_a, **_k):
         raise AssertionError("the task was loaded before the check")
@@ -305,8 +305,8 @@ def test_a_stage1_run_file_that_is_not_a_regular_file_is_one_line(capsys, tmp_pa
     assert code == 2 and f"--rerank-from run:{bad}" in line and "regular file" in line
     assert ("FIFO" if kind == "fifo" else "character device") in line and "no such" not in line
     # the reader refuses it too (a file swapped for a FIFO after the check)
-    from rbench.errors import DataError
-    from rbench.rerank import _open_text
+    from rbench.core.errors import DataError
+    from rbench.engine.rerank import _open_text
 
     with pytest.raises(DataError, match="regular file"):
         _open_text(bad)
@@ -318,7 +318,7 @@ def test_a_stage1_run_file_that_is_not_a_regular_file_is_one_line(capsys, tmp_pa
 
 
 def test_the_budget_table_escapes_its_cells(tmp_path):
-    from rbench.leaderboard import budget_markdown, build
+    from rbench.results.leaderboard import budget_markdown, build
     from tests.test_plots import _curve
 
     res = tmp_path / "results"
@@ -341,7 +341,7 @@ def test_the_budget_table_escapes_its_cells(tmp_path):
 
 
 def test_a_training_plot_draws_labels_as_written(capsys, tmp_path, monkeypatch):
-    from rbench import plots
+    from rbench.results import plots
     from tests.test_plots import _curve
 
     res = tmp_path / "results"

@@ -9,7 +9,7 @@ import subprocess
 
 import pytest
 
-from rbench import report
+from rbench.results import report
 
 TABLE = [{"ranker": r, "task": t, "variant": "original", "measure": m, "rbench": v, "paper": p,
           "delta": None if p is None else v - p, "status": "kept"}
@@ -19,7 +19,7 @@ TABLE = [{"ranker": r, "task": t, "variant": "original", "measure": m, "rbench":
 
 def _page(tmp_path, broken: bool = False):
     pytest.importorskip("matplotlib")
-    from rbench.plots import plot_recipe
+    from rbench.results.plots import plot_recipe
 
     png = plot_recipe("test figure", TABLE, tmp_path / "fig.png")
     if broken:

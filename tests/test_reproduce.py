@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from rbench import reproduce
-from rbench.plugins import available_rankers
+from rbench.engine.plugins import available_rankers
+from rbench.results import reproduce
 from rbench.tasks.registry import list_tasks
 from tests.helpers import cli, one_line
 
@@ -77,7 +77,7 @@ def test_smoke_check_passes_against_the_committed_scores(capsys, tmp_path):
 def test_a_malformed_recipe_is_one_line_naming_the_file():
     import pytest
 
-    from rbench.errors import DataError
+    from rbench.core.errors import DataError
 
     for text, why in (("title = ", "not valid TOML"), ('title = "t"\npaper = "p"\nkind = "table"', "missing 'runs'"),
                       ('title = "t"\npaper = "p"\nkind = "plot"\nruns = []', "kind must be table or figure"),
@@ -95,12 +95,12 @@ def fake_record(task: str, ranker: str, fit_s: float, score_s: float, n_train: i
 
 
 def test_estimates_come_from_measured_throughput(monkeypatch, tmp_path):
-    import rbench.results
+    import rbench.results.record
 
     recs = [fake_record("ml-100k", "bm25", 10.0, 2.0, 100, 50, 1000),
             fake_record("ml-100k", "bm25", 30.0, 9.0, 100, 50, 1000),  # a slower run: the fastest is used
             fake_record("rec-music", "pop", 1.0, 1.0, 10, 10, 20)]
-    monkeypatch.setattr(rbench.results, "load_records", lambda root: [(None, r) for r in recs])
+    monkeypatch.setattr(rbench.results.record, "load_records", lambda root: [(None, r) for r in recs])
     monkeypatch.setattr(reproduce, "_target_size", lambda task: reproduce.Size(400, 100, 5000, "the paper's counts"))
     bm25 = reproduce.RecipeRun("bm25", ("ml-100k", "esci"))
     assert reproduce.estimate(reproduce.Cell(bm25, "ml-100k", "cpu"), tmp_path) == "~12 s"  # measured here
@@ -148,7 +148,7 @@ def test_variants_of_one_ranker_are_graded_apart():
 
 
 def test_a_transfer_cell_needs_the_sources_data_and_fits_at_its_size(monkeypatch, tmp_path):
-    import rbench.results
+    import rbench.results.record
 
     run = next(r for r in reproduce.get("zeroshot").runs if r.ranker == "lranker")
     cell = reproduce.Cell(run, "video-games", "cpu")
@@ -157,7 +157,7 @@ def test_a_transfer_cell_needs_the_sources_data_and_fits_at_its_size(monkeypatch
     lr = next(r for r in rows if r["ranker"].startswith("lranker") and r["task"] == "video-games")
     assert "rbench data download video-games" in lr["data"] and "rec-toy (the source)" in lr["data"]
     recs = [fake_record("ml-100k", "lranker", 100.0, 10.0, 100, 100, 1000)]
-    monkeypatch.setattr(rbench.results, "load_records", lambda root: [(None, r) for r in recs])
+    monkeypatch.setattr(rbench.results.record, "load_records", lambda root: [(None, r) for r in recs])
     sizes = {"rec-toy": reproduce.Size(200, 0, 1, "the paper's counts"),
              "video-games": reproduce.Size(9999, 100, 1000, "the paper's counts")}
     monkeypatch.setattr(reproduce, "_target_size", sizes.get)

@@ -1,4 +1,4 @@
-"""The two-stage rerank protocol (rbench.rerank): exact full-pool metrics equal an independent
+"""The two-stage rerank protocol (rbench.engine.rerank): exact full-pool metrics equal an independent
 recomputation from the two stages' scores; the tail-dropped values; the stage-1 cache; a TREC run
 file as stage 1; the exhaustive budget; ``rbench run --rerank-from/--rerank-depth`` end to end."""
 
@@ -11,14 +11,14 @@ import json
 import numpy as np
 import pytest
 
-from rbench import rerank
 from rbench.api import Ragged, TaskData
-from rbench.engine import evaluate
-from rbench.errors import DataError, RBenchError
-from rbench.metrics import MEASURES, aggregate, per_query
-from rbench.pools import parse_variant
-from rbench.runner import RunOptions, make_plan
-from rbench.runner import score as run_score
+from rbench.core.errors import DataError, RBenchError
+from rbench.engine import rerank
+from rbench.engine.evaluate import evaluate
+from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.run.runner import RunOptions, make_plan
+from rbench.run.runner import score as run_score
+from rbench.tasks.pools import parse_variant
 from tests.helpers import TableRanker, cli, make_pool, make_queries, one_line
 
 N_POOL, N_Q = 60, 12
@@ -258,7 +258,7 @@ def test_cli_end_to_end(capsys, tmp_path):
     assert code == 0, err
     plain = [p for p in (tmp_path / "large" / "ml-100k").glob("pop*.json") if p not in records]
     assert len(plain) == 1
-    from rbench.results import read_record
+    from rbench.results.record import read_record
 
     a, b = read_record(records[0]), read_record(plain[0])
     assert a.row_key != b.row_key and a.label == "pop (bm25@20)" and b.label == "pop"

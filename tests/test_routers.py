@@ -10,13 +10,13 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import paths
 from rbench.api import RunContext
-from rbench.budget import BUDGET_FIELDS
-from rbench.plugins import make_ranker
-from rbench.runner import RunOptions, run
+from rbench.core import paths
+from rbench.engine.plugins import make_ranker
+from rbench.results.budget import BUDGET_FIELDS
+from rbench.run.runner import RunOptions, run
+from rbench.tasks.families.routing import WEIGHTS, has_outcomes, routing_outcomes
 from rbench.tasks.registry import load_task
-from rbench.tasks.routing import WEIGHTS, has_outcomes, routing_outcomes
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 

@@ -2,7 +2,7 @@
 sha256, which the record holds), and ``rbench data qrels`` writes the task's qrels, so that
 ir_measures and ranx reproduce the record's nDCG@10, R@10, R@100 and RR@100 from the two files,
 ties included: the file lists rbench's pessimistic order with strictly decreasing scores
-(``rbench.runfile``)."""
+(``rbench.engine.runfile``)."""
 
 from __future__ import annotations
 
@@ -14,9 +14,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbench import plugins
-from rbench.results import RUN_SUFFIX, read_record
-from rbench.runner import RunOptions, run
+from rbench.engine import plugins
+from rbench.results.record import RUN_SUFFIX, read_record
+from rbench.run.runner import RunOptions, run
 from tests.helpers import cli
 from tests.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
 
@@ -306,10 +306,10 @@ def test_tie_heavy_tables_round_trip_at_every_depth(seed, tmp_path):
     """Graded multi-positive queries, most scores 0 and the rest in four values; a shared pool with
     exclusions (even seeds) or per-query lists (odd): at every depth, each positive ranked within it
     is on the line of its rank, and ir_measures and ranx read rbench's per-query values."""
-    from rbench.cli_data import qrels_text
-    from rbench.engine import evaluate
-    from rbench.metrics import per_query
-    from rbench.runfile import run_file_bytes, run_width
+    from rbench.cli.data import qrels_text
+    from rbench.engine.evaluate import evaluate
+    from rbench.engine.metrics import per_query
+    from rbench.engine.runfile import run_file_bytes, run_width
     from tests.helpers import TableRanker, make_pool, make_queries
 
     rng = np.random.default_rng(seed)
@@ -355,8 +355,8 @@ def test_top_k_boundary(tmp_path):
     tied positives ranked 4 and 5 and lacks the tied non-positives d3, d4 that rank 2 and 3. q1: a
     positive ranked 3 needs d3, which the top 3 lacks. q2: a positive ranked 3 (d3) is not in the
     top 3 at all; it ties with its lowest score."""
-    from rbench.engine import evaluate
-    from rbench.runfile import pessimistic_lists, run_file_bytes, run_width
+    from rbench.engine.evaluate import evaluate
+    from rbench.engine.runfile import pessimistic_lists, run_file_bytes, run_width
     from tests.helpers import TableRanker, make_pool, make_queries
 
     table = np.array([[5, 3, 3, 3, 3, 1, 0, 0], [5, 3, 3, 3, 0, 0, 0, 0], [5, 3, 3, 3, 0, 0, 0, 0]], dtype=float)
@@ -386,7 +386,7 @@ def test_top_k_boundary(tmp_path):
 
 
 def test_scores_walk_down_in_float32_ulps():
-    from rbench.runfile import strictly_decreasing
+    from rbench.engine.runfile import strictly_decreasing
 
     below_one = float(np.nextafter(np.float32(1), np.float32(0)))
     F32_MAX = float(np.finfo(np.float32).max)  # noqa: N806
@@ -430,10 +430,10 @@ def test_ids_a_trec_file_cannot_hold_are_refused_at_import(capsys, tmp_path):
 
 
 def test_qrels_and_run_file_refuse_ids_with_whitespace():
-    from rbench.cli_data import qrels_text
-    from rbench.engine import evaluate
-    from rbench.errors import DataError
-    from rbench.runfile import run_file_bytes
+    from rbench.cli.data import qrels_text
+    from rbench.core.errors import DataError
+    from rbench.engine.evaluate import evaluate
+    from rbench.engine.runfile import run_file_bytes
     from tests.helpers import TableRanker, make_pool, make_queries
 
     queries, pool = make_queries([[1]]), make_pool(3)

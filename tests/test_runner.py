@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbench import plugins
-from rbench.cli import main
+from rbench.cli.app import main
+from rbench.engine import plugins
 from tests.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
 
 
@@ -90,8 +90,8 @@ class CountingEmbeddings:
 
 
 def test_the_plan_resolves_everything_once(monkeypatch, tmp_path):
-    from rbench import pools, runner
-    from rbench.tasks import family, registry
+    from rbench.run import runner
+    from rbench.tasks import family, pools, registry
 
     eps = _register(monkeypatch, **{"protocol-only": ProtocolOnly})
     counts = {"resolve": 0, "options": 0, "variant": 0}
@@ -123,7 +123,7 @@ def test_the_plan_resolves_everything_once(monkeypatch, tmp_path):
 
 def test_protocol_only_plugin_gets_a_record_and_a_row_per_set(monkeypatch, capsys, tmp_path):
     """The config hash reads the protocol's ``config``: two ``--set`` values, two RunRecords, two rows."""
-    from rbench.leaderboard import build
+    from rbench.results.leaderboard import build
 
     _register(monkeypatch, **{"protocol-only": ProtocolOnly})
     res = tmp_path / "res"
@@ -158,7 +158,7 @@ def test_variant_is_parsed_once_and_recorded_by_its_label(all_tasks, capsys, tmp
 def test_one_scoring_road_encodes_once(monkeypatch, tmp_path):
     """The pool and every query are encoded once per run; the ANN measurement reuses them."""
     pytest.importorskip("faiss")
-    from rbench.runner import RunOptions, run
+    from rbench.run.runner import RunOptions, run
 
     _register(monkeypatch, counting=CountingEmbeddings)
     opts = {"ranker": "counting", "task": "ml-100k", "results_dir": tmp_path, "max_queries": 300, "write": False,
@@ -178,7 +178,7 @@ def test_one_scoring_road_encodes_once(monkeypatch, tmp_path):
 
 
 def test_world_comes_from_the_launcher_environment():
-    from rbench.runner import World
+    from rbench.run.runner import World
 
     assert World.from_env({}) == World() and World().main and not World().launched
     w = World.from_env({"RANK": "3", "LOCAL_RANK": "1", "WORLD_SIZE": "4"})

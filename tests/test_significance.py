@@ -3,7 +3,7 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats
 
-from rbench.significance import paired_randomization
+from rbench.results.significance import paired_randomization
 
 
 def test_identical_systems_not_significant():

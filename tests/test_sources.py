@@ -15,10 +15,11 @@ import zipfile
 import pandas as pd
 import pytest
 
-from rbench import paths, sources
 from rbench.api import RemoteFile
-from rbench.errors import RBenchError
-from rbench.sources import DownloadError, fetch, safe_extract
+from rbench.core import paths
+from rbench.core.errors import RBenchError
+from rbench.tasks import sources
+from rbench.tasks.sources import DownloadError, fetch, safe_extract
 
 
 def sha(data: bytes) -> str:
@@ -496,7 +497,7 @@ def test_duplicate_zip_members_are_refused(tmp_path):
 
 
 def test_the_download_command_refuses_a_symlink_chain_and_installs_nothing(server, monkeypatch, capsys):
-    from rbench.cli import main
+    from rbench.cli.app import main
     from tests.helpers import with_downloads
 
     raw = paths.raw_dir("rec-movie")

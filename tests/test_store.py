@@ -12,11 +12,12 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import paths, store
 from rbench.api import Pool, Queries, Ragged, Source, TaskData, TaskSpec
-from rbench.columns import ArrowTextColumn, HistoryTexts
+from rbench.core import paths
+from rbench.tasks import store
+from rbench.tasks.columns import ArrowTextColumn, HistoryTexts
+from rbench.tasks.families.recsys import SequentialOptions, build_sequential_task
 from rbench.tasks.family import Task, TaskFamily
-from rbench.tasks.recsys import SequentialOptions, build_sequential_task
 
 SPEC = TaskSpec(name="toy-store", title="toy", scenario="large", domain="passage", description="",
                 paper_candidates=None, paper_queries=None, sources=(Source("x", "https://example.org", "-"),),
@@ -353,7 +354,7 @@ def test_cache_can_be_switched_off(monkeypatch):
 
 
 def test_registry_loads_through_the_cache_and_reports_sizes(tmp_path, monkeypatch):
-    from rbench.tasks import imported
+    from rbench.tasks.families import imported
     from rbench.tasks.registry import get_task, import_task, load_task
 
     d = tmp_path / "beir"

@@ -8,9 +8,9 @@ import json
 import numpy as np
 import pytest
 
-from rbench.engine import validate_queries
-from rbench.errors import DataError, RBenchError
-from rbench.tasks.imported import imported_root, imported_specs
+from rbench.core.errors import DataError, RBenchError
+from rbench.engine.evaluate import validate_queries
+from rbench.tasks.families.imported import imported_root, imported_specs
 from rbench.tasks.kit import MIN_SPLIT_QUERIES, split_labels
 from rbench.tasks.registry import data_status, get_task, import_task, list_tasks, load_task, resolve
 

@@ -7,7 +7,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench.tasks.recsys import recbole_example_dir
+from rbench.tasks.families.recsys import recbole_example_dir
 from rbench.tasks.registry import load_task
 
 

@@ -10,10 +10,10 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import paths
-from rbench.engine import validate_queries
-from rbench.errors import DataError, RBenchError
-from rbench.tasks.passages import passage_id, product_text
+from rbench.core import paths
+from rbench.core.errors import DataError, RBenchError
+from rbench.engine.evaluate import validate_queries
+from rbench.tasks.families.passages import passage_id, product_text
 from rbench.tasks.registry import data_status, get_task, load_task
 
 # ------------------------------------------------------------------------------------------

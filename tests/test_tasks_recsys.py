@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import columns, paths
-from rbench.engine import validate_queries
-from rbench.errors import DataError, RBenchError
-from rbench.tasks import amazon, recsys
+from rbench.core import paths
+from rbench.core.errors import DataError, RBenchError
+from rbench.engine.evaluate import validate_queries
+from rbench.tasks import columns
+from rbench.tasks.families import amazon, recsys
 from rbench.tasks.registry import data_status, get_task, load_task
 
 H = 20

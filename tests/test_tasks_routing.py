@@ -11,11 +11,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rbench import paths
-from rbench.engine import validate_queries
-from rbench.errors import DataError
+from rbench.core import paths
+from rbench.core.errors import DataError
+from rbench.engine.evaluate import validate_queries
+from rbench.tasks.families.routing import normalise_cost
 from rbench.tasks.registry import data_status, get_task, load_task
-from rbench.tasks.routing import normalise_cost
 
 LLMS = ["llm-a", "llm-b", "llm-c", "llm-d"]
 

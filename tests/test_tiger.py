@@ -16,8 +16,8 @@ from rankers.tiger import TigerOptions, TigerRanker  # noqa: E402
 from rankers.tiger import quantiser as Q  # noqa: E402
 from rankers.tiger.model import DEPTH_SCALE, TreeScorer, Trie, Vocab, build_t5, encoder_inputs  # noqa: E402
 from rbench.api import Pool, Queries, Ragged, RunContext, TaskData, TaskSpec  # noqa: E402
-from rbench.engine import evaluate  # noqa: E402
-from rbench.metrics import aggregate, per_query  # noqa: E402
+from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench.engine.metrics import aggregate, per_query  # noqa: E402
 
 SPEC = TaskSpec(name="toyseq", title="toy", scenario="large", domain="recommendation", description="",
                 paper_candidates=None, paper_queries=None, sources=(), license="", how_to_get="")
@@ -210,8 +210,8 @@ def test_unseen_candidates_get_ids_from_the_same_quantiser(tmp_path: Path, one_t
 def test_options_preset_and_validation():
     cpu = TigerOptions(preset="cpu")
     assert cpu.num_layers == 2 and cpu.max_steps < TigerOptions().max_steps
-    from rbench.errors import RBenchError
-    from rbench.plugins import ranker_config
+    from rbench.core.errors import RBenchError
+    from rbench.engine.plugins import ranker_config
 
     cfg = ranker_config(TigerRanker, {"preset": "cpu", "num_layers": "4"})
     assert cfg.num_layers == 4 and cfg.d_ff == 512

@@ -9,8 +9,8 @@ import resource
 
 import numpy as np
 
-from rbench import paths
-from rbench.runner import RunOptions, run
+from rbench.core import paths
+from rbench.run.runner import RunOptions, run
 
 N_ITEMS = 1_000_000
 N_USERS = 250_000

@@ -10,11 +10,12 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from rbench import leaderboard, paths, reproduce
 from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
-from rbench.runner import RunOptions, make_plan, run
+from rbench.core import paths
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import BaseRanker
+from rbench.results import leaderboard, reproduce
+from rbench.run.runner import RunOptions, make_plan, run
 from rbench.tasks import registry
 from rbench.tasks.registry import load_task
 from tests.helpers import cli, one_line
@@ -231,7 +232,7 @@ def test_an_lranker_transfer_reuses_the_source_tasks_checkpoint(qwen_dir, tmp_pa
     finds the one its source's own run trained, instead of training the same model again."""
     import dataclasses
 
-    from rbench import pools
+    from rbench.tasks import pools
     from tests.lranker_testkit import SPEC, toy_task
     from tests.test_lranker import ranker_for
 

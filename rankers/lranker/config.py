@@ -40,8 +40,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from rbench.config import PresetOptions
-from rbench.errors import RBenchError
+from rbench.core.config import PresetOptions
+from rbench.core.errors import RBenchError
 
 Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 

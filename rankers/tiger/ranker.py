@@ -57,10 +57,10 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.atomic import atomic_path, atomic_write_text
-from rbench.config import PresetOptions
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.core.atomic import atomic_path, atomic_write_text
+from rbench.core.config import PresetOptions
+from rbench.core.errors import RBenchError
+from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
 
 # Two CPU cores, ml-100k in about 20 minutes (see the module docstring and README).
 CPU_PRESET: dict[str, Any] = {
@@ -140,7 +140,7 @@ def _sha(*parts: Any) -> str:
 class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
     # a per-query list is decoded through a code tree of that list's items (and beam mode, above
     # exact_max_items, prunes by the others), so a candidate's score may depend on the others in
     # the call: the engine scores each query's whole list in one call
@@ -329,7 +329,7 @@ class TigerRanker(BaseRanker):
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, default=str))
 
     def _valid_mrr(self, valid: Queries, pool: Pool) -> float:
-        from rbench.engine import evaluate, ranker_scorer
+        from rbench.engine.evaluate import evaluate, ranker_scorer
 
         self._set_pool(pool, self._fit_tokens)
         res = evaluate(self, valid, pool, scorer=ranker_scorer(self), topk=0)
