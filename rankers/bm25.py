@@ -60,8 +60,7 @@ import numpy as np
 
 from rankers.text import Tokenizer
 from rbench.api import Pool, Queries
-from rbench.core.errors import RBenchError
-from rbench.engine.plugins import BaseRanker
+from rbench.plugin import BaseRanker, RBenchError
 
 IdfKind = Literal["okapi", "lucene", "atire"]
 

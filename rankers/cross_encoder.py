@@ -54,8 +54,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.core.errors import RBenchError
-from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
 
 Activation = Literal["auto", "identity", "sigmoid", "softmax1"]
 

@@ -48,9 +48,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries
-from rbench.core.errors import RBenchError
-from rbench.engine.embeddings import pool_embeddings
-from rbench.engine.plugins import BaseRanker
+from rbench.plugin import BaseRanker, RBenchError, pool_embeddings
 
 Pooling = Literal["auto", "mean", "cls", "last", "st"]
 

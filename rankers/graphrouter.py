@@ -61,7 +61,7 @@ from rankers.routers import (
     valid_measures,
 )
 from rbench.api import Pool, Queries, TaskData
-from rbench.core.errors import RBenchError
+from rbench.plugin import RBenchError
 
 
 @dataclass

@@ -38,7 +38,7 @@ import numpy as np
 
 from rankers.cross_encoder import PairRanker, torch_device
 from rbench.api import Pool
-from rbench.core.errors import RBenchError
+from rbench.plugin import RBenchError
 
 
 @dataclass

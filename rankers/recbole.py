@@ -91,9 +91,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
-from rbench.core.errors import RBenchError
-from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError, atomic_dir, atomic_path, atomic_write_text
 
 DATASET = "rb"
 ID_SEPARATORS = ("::", ":", "/", "|", "#")

@@ -49,8 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.core.errors import RBenchError
-from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -62,7 +61,7 @@ FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool
 
 
 def outcomes_of(queries: Queries) -> Any:
-    from rbench.tasks.families.routing import routing_outcomes
+    from rbench.plugin import routing_outcomes
 
     return routing_outcomes(queries)
 

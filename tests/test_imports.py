@@ -12,30 +12,20 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
 ROOT = Path(__file__).resolve().parents[1] / "rbench"
 
-# Layers from the bottom up: a module may import modules of its own layer or of lower ones.
-# A new module must be given a layer here; that is the point of listing them.
-LAYERS: list[tuple[str, ...]] = [
-    ("rbench.core", "rbench.engine", "rbench.engine.kernels", "rbench.results", "rbench.run", "rbench.cli",
-     "rbench.tasks", "rbench.tasks.families",  # the package faces: docstrings only
-     "rbench.api", "rbench.engine.kernels.gemm", "rbench.engine.kernels.fused", "rbench.core.errors",
-     "rbench.core.paths", "rbench.core.hashing", "rbench.results.significance", "rbench.core.atomic",
-     "rbench.core.inputs", "rbench.core.console", "rbench.core.markdown", "rbench.core.protocol"),
-    ("rbench.core.config", "rbench.tasks.columns", "rbench.engine.metrics", "rbench.engine.sharded",
-     "rbench.engine.fused"),
-    ("rbench.engine.evaluate", "rbench.engine.embeddings", "rbench.engine.plugins", "rbench.tasks.family",
-     "rbench.tasks.kit"),
-    ("rbench.tasks.families.amazon", "rbench.engine.ann", "rbench.engine.distributed", "rbench.engine.runfile"),
-    ("rbench.tasks.families.recsys", "rbench.tasks.families.passages", "rbench.tasks.families.routing",
-     "rbench.tasks.families.imported", "rbench.tasks.store", "rbench.tasks.sources", "rbench.tasks.pools"),
-    ("rbench.tasks.registry", "rbench.results.record", "rbench.engine.rerank", "rbench.results.outputs"),
-    ("rbench.results.budget", "rbench.run.runner", "rbench.results.leaderboard", "rbench.results.plots",
-     "rbench.cli.data", "rbench.results.report"),
-    ("rbench.public",),
-    ("rbench.results.reproduce",),
-    ("rbench.cli.app", "rbench.cli.__main__", "rbench"),  # the package face re-exports the public API
-]
+# The layers, from the bottom up, and what the ranker plugins may import: declared once, in
+# pyproject.toml's [tool.rbench.layers] (a module may import modules of its own layer or of lower
+# ones; a new module must be given a layer there; that is the point of listing them).
+_TABLE = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["rbench"]["layers"]
+LAYERS: list[tuple[str, ...]] = [tuple(names) for names in _TABLE["order"]]
+PLUGIN_IMPORTS: frozenset[str] = frozenset(_TABLE["plugins"])
+RANKERS = ROOT.parent / "rankers"
 
 
 def module_files() -> dict[str, Path]:
@@ -146,15 +136,49 @@ def test_every_module_has_a_layer_and_no_import_goes_up():
     assert not upward, "upward imports: " + "; ".join(sorted(upward))
 
 
+PLUGIN_PACKAGES = {"rankers", "rbench_rankers"}  # the folder, and its installed import name
+
+
 def test_the_contract_imports_no_task_module_and_rbench_never_imports_the_plugins():
     edges = graph()
     assert not {m for m in edges["rbench.api"] if m.startswith("rbench.tasks")}
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rankers":
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PLUGIN_PACKAGES:
                 pytest.fail(f"{path} imports the rankers package (plugins are found by entry points)")
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "rankers" for a in node.names):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] in PLUGIN_PACKAGES for a in node.names):
                 pytest.fail(f"{path} imports the rankers package (plugins are found by entry points)")
+
+
+def rbench_imports(path: Path, known: set[str]) -> set[str]:
+    """The rbench modules a file outside rbench/ imports (``from rbench import x`` counts as
+    ``rbench.x`` when x is a module, else as ``rbench``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "rbench"}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "rbench":
+            base = node.module or ""
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return found
+
+
+def test_the_ranker_plugins_import_only_the_contract_and_the_toolkit():
+    known = set(module_files())
+    assert PLUGIN_IMPORTS <= known, f"[tool.rbench.layers] plugins names no module: {PLUGIN_IMPORTS - known}"
+    files = sorted(RANKERS.rglob("*.py"))
+    assert files, RANKERS
+    wrong = {f"{path.relative_to(RANKERS.parent)}: {', '.join(sorted(bad))}" for path in files
+             if (bad := rbench_imports(path, known) - PLUGIN_IMPORTS)}
+    assert not wrong, ("ranker plugins import only " + ", ".join(sorted(PLUGIN_IMPORTS))
+                       + " (re-export what they need from rbench.plugin): " + "; ".join(sorted(wrong)))
+
+
+def test_the_plugin_check_sees_an_internal_import(tmp_path):
+    known = set(module_files())
+    path = tmp_path / "sneaky.py"
+    path.write_text("def f():\n    from rbench.engine.evaluate import evaluate\n    from rbench import plugin, evaluate\n")
+    assert rbench_imports(path, known) == {"rbench.engine.evaluate", "rbench.plugin", "rbench"}
 
 
 def test_no_task_module_is_found_by_a_string():

@@ -40,8 +40,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from rbench.core.config import PresetOptions
-from rbench.core.errors import RBenchError
+from rbench.plugin import PresetOptions, RBenchError
 
 Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 

@@ -54,7 +54,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from rbench.api import PLACEHOLDER
-from rbench.core.errors import RBenchError
+from rbench.plugin import RBenchError
 
 from .config import LRankerConfig
 

@@ -57,10 +57,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.core.atomic import atomic_path, atomic_write_text
-from rbench.core.config import PresetOptions
-from rbench.core.errors import RBenchError
-from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import (
+    FLOAT32_KERNELS,
+    BaseRanker,
+    PresetOptions,
+    RBenchError,
+    atomic_path,
+    atomic_write_text,
+)
 
 # Two CPU cores, ml-100k in about 20 minutes (see the module docstring and README).
 CPU_PRESET: dict[str, Any] = {
@@ -329,7 +333,7 @@ class TigerRanker(BaseRanker):
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, default=str))
 
     def _valid_mrr(self, valid: Queries, pool: Pool) -> float:
-        from rbench.engine.evaluate import evaluate, ranker_scorer
+        from rbench.plugin import evaluate, ranker_scorer
 
         self._set_pool(pool, self._fit_tokens)
         res = evaluate(self, valid, pool, scorer=ranker_scorer(self), topk=0)
