@@ -61,8 +61,8 @@ def top_overlap(a: np.ndarray, b: np.ndarray, k: int = 100) -> float:
 def run(args: argparse.Namespace) -> dict:
     from rank_bm25 import BM25Okapi
 
-    from rankers.bm25 import BM25Ranker
     from rbench.api import Pool, Queries, Ragged
+    from rbench_rankers.bm25 import BM25Ranker
 
     docs, qtexts = synthetic(args.docs, args.doc_len, args.queries, args.query_len, args.vocab, args.seed)
     ranker = BM25Ranker()

@@ -36,10 +36,10 @@ def main() -> None:
     import torch
     from rich.table import Table
 
-    from rankers.dense import DenseOptions, DenseRanker
     from rbench.api import RunContext
     from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
+    from rbench_rankers.dense import DenseOptions, DenseRanker
 
     os.environ.setdefault("RBENCH_HOME", tempfile.mkdtemp(prefix="rbench-bench-"))
     pool = load_task("ml-100k", {}, seed=0).pool

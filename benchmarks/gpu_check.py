@@ -41,8 +41,8 @@ TTS = (2, 1)  # (width, depth) of the "with test-time scaling" latency
 
 def offline_model(name: str) -> tuple[str | None, str]:
     """-> (a loadable local directory / file, note). Never touches the network."""
-    from rankers.lranker.model import resolve_model
     from rbench.core.errors import RBenchError
+    from rbench_rankers.lranker.model import resolve_model
 
     try:
         where, gguf = resolve_model(name)

@@ -37,10 +37,10 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
 
     import torch
 
-    from rankers.lranker.train import PartitionSampler, train
     from rbench.api import RunContext
     from rbench.core import paths
     from rbench.engine.plugins import make_ranker
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     ranker = make_ranker("lranker", {**sets, "loader_workers": workers}, RunContext(cache_dir=paths.cache_dir(), seed=seed))
     model = ranker._ensure_model()

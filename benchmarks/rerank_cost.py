@@ -118,10 +118,10 @@ def main() -> None:
     import torch
     from rich.table import Table
 
-    from rankers.cross_encoder import CrossEncoderRanker
-    from rankers.rankllama import RankLlamaRanker
     from rbench.core.console import console as make_console
     from rbench.engine.plugins import ranker_config
+    from rbench_rankers.cross_encoder import CrossEncoderRanker
+    from rbench_rankers.rankllama import RankLlamaRanker
     torch.set_num_threads(args.threads)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     tasks = ["ml-100k"] + (["msmarco"] if args.msmarco else [])

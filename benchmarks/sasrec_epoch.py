@@ -39,11 +39,11 @@ def worker(epochs: int) -> dict:
 
     import torch
 
-    from rankers.recbole import SASRecOptions, SASRecRanker
     from rbench.api import RunContext
     from rbench.engine.evaluate import evaluate
     from rbench.engine.metrics import MEASURES, aggregate, per_query
     from rbench.tasks.registry import load_task
+    from rbench_rankers.recbole import SASRecOptions, SASRecRanker
 
     task = load_task("ml-100k", {}, seed=0)
     cache = Path(tempfile.mkdtemp(prefix="sasrec-bench-"))

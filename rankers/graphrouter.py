@@ -50,7 +50,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rankers.routers import (
+from rbench.api import Pool, Queries, TaskData
+from rbench.plugin import RBenchError
+from rbench_rankers.routers import (
     DEFAULT_MODEL,
     BestEpoch,
     QueryEncodingRouter,
@@ -60,8 +62,6 @@ from rankers.routers import (
     pool_columns,
     valid_measures,
 )
-from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import RBenchError
 
 
 @dataclass

@@ -746,7 +746,7 @@ class RecBoleRanker(BaseRanker):
 
     def _fit_text_projection(self, task: TaskData) -> None:
         """Ridge least squares from text embeddings to learned item vectors (training items)."""
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         enc = DenseRanker(DenseOptions(model=self.cfg.text_model), self.context)
         text = np.asarray(enc.encode_pool(task.fit_pool), dtype=np.float64)

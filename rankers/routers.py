@@ -9,7 +9,7 @@ Choices the papers leave open, written down:
 
 - **Query text** = ``Queries.texts`` (the raw query, not the LLM prompt template), embedded or
   tokenised as it is. Default encoder: the dense ranker's offline all-MiniLM-L6-v2
-  (``rankers.dense``: the same model resolution, pooling and prompts, never the network).
+  (``rbench_rankers.dense``: the same model resolution, pooling and prompts, never the network).
 - **Scenario**: the objective is the task's ``w_perf * effect - w_cost * cost``
   (``--set task.scenario=balance|performance|cost``), read from the outcomes, so a router always
   optimises what the task's positives are defined by.
@@ -137,11 +137,11 @@ def budget(examples: int, epochs: float, steps: int, wall_s: float, negatives: i
 
 
 class TextEncoder:
-    """The dense ranker's encoder (``rankers.dense``: model resolution, pooling, prompts), with
+    """The dense ranker's encoder (``rbench_rankers.dense``: model resolution, pooling, prompts), with
     L2-normalised outputs so that inner products are cosines."""
 
     def __init__(self, model: str, max_length: int, batch_size: int, device: str, context: Any) -> None:
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         self.dense = DenseRanker(DenseOptions(model=model, max_length=max_length, batch_size=batch_size,
                                               device=device), context)
@@ -331,7 +331,7 @@ class RouterClfRanker(BaseRanker):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from rankers.dense import _quiet_loading, model_max_length, preset_model, resolve_model
+        from rbench_rankers.dense import _quiet_loading, model_max_length, preset_model, resolve_model
 
         resolved = resolve_model(preset_model(self.cfg.model))
         _quiet_loading()
@@ -350,7 +350,7 @@ class RouterClfRanker(BaseRanker):
         self.resolved = resolved
 
     def _logits(self, texts: list[str]) -> Any:
-        from rankers.dense import masked_mean
+        from rbench_rankers.dense import masked_mean
 
         batch = self.tok(texts, padding=True, truncation=True, max_length=self.max_length,
                          return_tensors="pt").to(self.device)

@@ -9,11 +9,11 @@ from collections.abc import Sequence
 import numpy as np
 import pytest
 
-from rankers.bm25 import BM25Options, BM25Ranker, idf_weights
-from rankers.text import ENGLISH_STOPWORDS, Tokenizer
 from rbench.api import Pool, Queries, Ragged
 from rbench.core.errors import RBenchError
 from rbench.engine.plugins import load_ranker_class, make_ranker
+from rbench_rankers.bm25 import BM25Options, BM25Ranker, idf_weights
+from rbench_rankers.text import ENGLISH_STOPWORDS, Tokenizer
 
 rank_bm25 = pytest.importorskip("rank_bm25")
 
@@ -305,6 +305,6 @@ def test_stopwords_change_scores():
 
 
 def test_module_does_not_import_torch():
-    code = "import sys, rankers.bm25, rankers.text; print('torch' in sys.modules)"
+    code = "import sys, rbench_rankers.bm25, rbench_rankers.text; print('torch' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"

@@ -14,7 +14,7 @@ import pytest
 pytest.importorskip("torch")
 pytest.importorskip("recbole")
 
-import rankers.recbole as R  # noqa: E402
+import rbench_rankers.recbole as R  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
 from rbench.results.budget import BUDGET_FIELDS, budget_cells, fmt_duration  # noqa: E402
 from rbench.tasks.families.recsys import load_atomic_dir  # noqa: E402

@@ -11,7 +11,10 @@ import pytest
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
-from rankers.dense import (  # noqa: E402
+from rbench.api import Pool, RunContext  # noqa: E402
+from rbench.core.errors import RBenchError  # noqa: E402
+from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench_rankers.dense import (  # noqa: E402
     ContrieverOptions,
     ContrieverRanker,
     DenseOptions,
@@ -20,9 +23,6 @@ from rankers.dense import (  # noqa: E402
     known_defaults,
     resolve_model,
 )
-from rbench.api import Pool, RunContext  # noqa: E402
-from rbench.core.errors import RBenchError  # noqa: E402
-from rbench.engine.evaluate import evaluate  # noqa: E402
 from tests.helpers import make_queries  # noqa: E402
 
 WORDS = ("the a movie film space star war love story comedy drama action horror night day city "

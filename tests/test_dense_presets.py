@@ -6,9 +6,9 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rankers.dense import PRESETS, DenseRanker, describe_presets, known_defaults, preset_model
 from rbench.core.errors import RBenchError
 from rbench.engine.plugins import ranker_config
+from rbench_rankers.dense import PRESETS, DenseRanker, describe_presets, known_defaults, preset_model
 
 
 def test_presets_prompts_and_pooling():
@@ -44,7 +44,7 @@ def test_preset_settings_follow_the_table():
 
 def test_last_token_pooling_left_and_right_padding():
     torch = pytest.importorskip("torch")
-    from rankers.dense import last_token
+    from rbench_rankers.dense import last_token
 
     hidden = torch.arange(2 * 4 * 3, dtype=torch.float32).reshape(2, 4, 3)
     right = torch.tensor([[1, 1, 0, 0], [1, 1, 1, 1]])

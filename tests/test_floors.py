@@ -6,10 +6,10 @@ import dataclasses
 
 import numpy as np
 
-from rankers.floors import PopularityRanker, RandomRanker
 from rbench.api import RunContext, TaskData, TaskSpec
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
+from rbench_rankers.floors import PopularityRanker, RandomRanker
 from tests.helpers import make_pool, make_queries
 
 SPEC = TaskSpec(name="toy", title="toy", scenario="large", domain="recommendation", description="",

@@ -106,9 +106,9 @@ def test_variant_table_shows_relative_mrr_change(tmp_path):
 
 
 def test_lranker_rows_are_named_by_preset_and_ablation():
-    from rankers.lranker.config import CPU_PRESET
-    from rankers.lranker.ranker import LRankerRanker
     from rbench.engine.plugins import make_ranker
+    from rbench_rankers.lranker.config import CPU_PRESET
+    from rbench_rankers.lranker.ranker import LRankerRanker
 
     assert make_ranker("lranker", {}).label == "lranker"
     cpu = make_ranker("lranker", {"preset": "cpu"}).config

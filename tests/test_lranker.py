@@ -15,9 +15,6 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("sklearn")
 
-from rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
-from rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
-from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import (  # noqa: E402
     PLACEHOLDER,
     PROMPTS,
@@ -26,6 +23,9 @@ from rbench.api import (  # noqa: E402
 from rbench.core.config import build_config  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
 from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench_rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
+from rbench_rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
+from rbench_rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
@@ -173,8 +173,8 @@ def _splice(template: list[int], marker: list[int], query: list[int]) -> list[in
 
 @pytest.mark.parametrize("tower", ["shared", "frozen"])
 def test_loss_decreases_on_a_toy_task(qwen_dir, tower):
-    from rankers.lranker.aggregation import Aggregator
-    from rankers.lranker.train import PartitionSampler, train
+    from rbench_rankers.lranker.aggregation import Aggregator
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     cfg = cfg_for(qwen_dir, epochs=6, lr=3e-3, candidate_tower=tower, similarity="cosine", temperature=0.1)
     task = toy_task(n_train=60)
@@ -198,8 +198,8 @@ def test_loss_decreases_on_a_toy_task(qwen_dir, tower):
 def test_shared_tower_trains_the_candidate_side_and_frozen_does_not(qwen_dir):
     """candidate_tower=shared: h_c moves with training (LoRA active on candidates); frozen: the
     adapted model's candidate embeddings are never part of the loss."""
-    from rankers.lranker.aggregation import Aggregator
-    from rankers.lranker.train import PartitionSampler, train
+    from rbench_rankers.lranker.aggregation import Aggregator
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     task = toy_task(n_train=40)
     texts = list(task.pool.texts)
@@ -223,8 +223,8 @@ def test_shared_tower_trains_the_candidate_side_and_frozen_does_not(qwen_dir):
 
 
 def test_training_steps_are_identical_with_and_without_loader_workers(qwen_dir):
-    from rankers.lranker.aggregation import Aggregator
-    from rankers.lranker.train import PartitionSampler, train
+    from rbench_rankers.lranker.aggregation import Aggregator
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     task = toy_task(n_train=40)
     texts = list(task.pool.texts)
@@ -244,8 +244,8 @@ def test_training_steps_are_identical_with_and_without_loader_workers(qwen_dir):
 
 
 def test_training_negatives_never_include_the_querys_history_or_positives():
-    from rankers.lranker.train import StepBuilder
     from rbench.api import Queries, Ragged
+    from rbench_rankers.lranker.train import StepBuilder
 
     n_pool = 30
     q = Queries(ids=np.array(["a", "b", "c"], dtype=object), texts=["x", "y", "z"],
@@ -272,8 +272,8 @@ class _NoTokens:
 
 
 def test_windows_per_user_keeps_each_users_newest_windows():
-    from rankers.lranker.train import training_rows
     from rbench.api import Queries, Ragged
+    from rbench_rankers.lranker.train import training_rows
 
     users = np.array(["u1"] * 5 + ["u2"] * 2 + ["u3"] * 4, dtype=object)
     n = len(users)
@@ -478,7 +478,7 @@ def test_resolve_model_paths(tmp_path):
 
 
 def test_listing_the_plugin_does_not_import_torch():
-    code = "import sys, rankers.lranker.ranker; print(sorted(m for m in ('torch', 'transformers', 'peft', " \
+    code = "import sys, rbench_rankers.lranker.ranker; print(sorted(m for m in ('torch', 'transformers', 'peft', " \
            "'sklearn') if m in sys.modules))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]"
@@ -489,8 +489,8 @@ def test_paper_gpu_budget_options_combine():
     """README's paper-time recipe: one (the newest) window per user, the paper's 15 epochs of
     batch 20 -> Rec-Movie's 6,040 users give 15 * 302 = 4,530 steps (the paper: 52 min on one
     A6000); every option is honoured by the schedule and by the row selection."""
-    from rankers.lranker.train import schedule, training_rows
     from rbench.api import Queries, Ragged
+    from rbench_rankers.lranker.train import schedule, training_rows
 
     cfg = LRankerConfig(windows_per_user=1)
     assert (cfg.epochs, cfg.batch_size, cfg.lr, cfg.candidate_tower, cfg.similarity) == (15, 20, 1e-4, "shared", "dot")

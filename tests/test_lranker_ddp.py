@@ -16,10 +16,10 @@ from tests.lranker_testkit import build_tiny_qwen, toy_task
 def _worker(rank: int, size: int, init: str, model_dir: str, out_dir: str) -> None:
     import torch.distributed as dist
 
-    from rankers.lranker.aggregation import Aggregator
-    from rankers.lranker.config import LRankerConfig
-    from rankers.lranker.model import LRankerModel, load_backbone
-    from rankers.lranker.train import PartitionSampler, average_gradients, train
+    from rbench_rankers.lranker.aggregation import Aggregator
+    from rbench_rankers.lranker.config import LRankerConfig
+    from rbench_rankers.lranker.model import LRankerModel, load_backbone
+    from rbench_rankers.lranker.train import PartitionSampler, average_gradients, train
 
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=init, rank=rank, world_size=size)
@@ -61,7 +61,7 @@ def test_two_process_training_stays_in_sync(tmp_path):
 
 
 def test_rank_rows_partition_an_epoch():
-    from rankers.lranker.train import rank_rows
+    from rbench_rankers.lranker.train import rank_rows
 
     rows = np.arange(11)
     parts = [rank_rows(rows, r, 2) for r in range(2)]
@@ -80,8 +80,8 @@ def test_rbench_run_launched_trains_distributed_then_evaluates(tmp_path, monkeyp
 
     import torch.distributed as dist
 
-    from rankers.lranker import train as train_module
     from rbench.cli.app import main
+    from rbench_rankers.lranker import train as train_module
 
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

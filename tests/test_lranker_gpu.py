@@ -11,11 +11,11 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("sklearn")
 
-from rankers.lranker.config import LRankerConfig  # noqa: E402
-from rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
-from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
+from rbench_rankers.lranker.config import LRankerConfig  # noqa: E402
+from rbench_rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
+from rbench_rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K = 4
@@ -88,8 +88,8 @@ def test_gradient_checkpointing_option_auto_is_cuda_only_on_forces_it_and_bools_
 def test_one_bf16_training_step_with_gradient_checkpointing_on_cpu(qwen_dir):
     """One real optimiser step through ``train.train`` with bf16 weights and checkpointed layers:
     finite loss, LoRA weights moved, the frozen transformer stayed bf16 and untouched."""
-    from rankers.lranker.aggregation import Aggregator
-    from rankers.lranker.train import PartitionSampler, train
+    from rbench_rankers.lranker.aggregation import Aggregator
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     cfg = cfg_for(qwen_dir, device="cpu", dtype="bfloat16", gradient_checkpointing="on", max_steps=1, epochs=1,
                   warmup_ratio=0.0, lora=True, finetune="lora")

@@ -1,4 +1,4 @@
-"""Prefix caching of LRanker query prompts (``rankers.lranker.prefix``): on a tiny random Qwen3,
+"""Prefix caching of LRanker query prompts (``rbench_rankers.lranker.prefix``): on a tiny random Qwen3,
 h_q from the cached prefix + batched suffixes equals the full forward pass (fp32, 1e-5), with and
 without LoRA, for queries of different lengths with several parts each; the ranker uses it for
 causal backbones only and gives the same embeddings either way."""
@@ -12,15 +12,15 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("peft")
 pytest.importorskip("sklearn")
 
-from rankers.lranker.config import LRankerConfig  # noqa: E402
-from rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
-from rankers.lranker.prefix import NoPrefix, PrefixCache, supports_prefix_cache  # noqa: E402
-from rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from rbench.api import (  # noqa: E402
     PLACEHOLDER,
     PROMPTS,
     RunContext,  # noqa: E402
 )
+from rbench_rankers.lranker.config import LRankerConfig  # noqa: E402
+from rbench_rankers.lranker.model import LRankerModel, load_backbone  # noqa: E402
+from rbench_rankers.lranker.prefix import NoPrefix, PrefixCache, supports_prefix_cache  # noqa: E402
+from rbench_rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
 K, SLOT = 4, 8

@@ -9,7 +9,7 @@ import math
 import numpy as np
 import pytest
 
-from rankers.lranker.aggregation import (
+from rbench_rankers.lranker.aggregation import (
     Aggregator,
     centroids_from_labels,
     fit_pca,
@@ -17,7 +17,7 @@ from rankers.lranker.aggregation import (
     kmeans_slots,
     sample_slots,
 )
-from rankers.lranker.scaling import (
+from rbench_rankers.lranker.scaling import (
     RowView,
     chunk_rows,
     concat_outputs,

@@ -96,7 +96,7 @@ def test_equal_mrr_is_marked_below_popularity():
 
 def test_elimination_tie_at_the_cut_goes_to_the_lower_pool_index():
     pytest.importorskip("torch")
-    from rankers.lranker.scaling import eliminate
+    from rbench_rankers.lranker.scaling import eliminate
 
     survivors = np.array([40, 10, 30, 20])
     scores = np.array([1.0, 2.0, 1.0, 1.0])  # 10 is best; 20, 30, 40 tie for the second place

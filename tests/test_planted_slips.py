@@ -121,7 +121,7 @@ def test_random_floor_is_exempt_from_the_below_popularity_mark(tmp_path):
 
 # 7. routers' valid MRR counts ties pessimistically, as the engine does
 def test_router_reciprocal_ranks_pessimistic_ties():
-    from rankers.routers import reciprocal_ranks
+    from rbench_rankers.routers import reciprocal_ranks
 
     scores = np.array([[0.5, 0.5, 0.5, 0.1], [0.9, 0.5, 0.5, 0.1]])
     cands = np.array([[0, 1, 2, 3], [0, 1, 2, 3]])
@@ -142,7 +142,7 @@ class _Module:
 
 
 def test_best_epoch_breaks_mrr_ties_by_the_objective():
-    from rankers.routers import BestEpoch
+    from rbench_rankers.routers import BestEpoch
 
     m, kept = _Module(), BestEpoch()
     for epoch, (mrr, obj) in enumerate([(0.4, 0.9), (0.5, 0.1), (0.5, 0.3), (0.5, 0.3), (0.5, 0.2)], start=1):
@@ -154,8 +154,8 @@ def test_best_epoch_breaks_mrr_ties_by_the_objective():
 
 def test_knn_router_k_choice_breaks_mrr_ties_by_the_objective(bert_dir, monkeypatch, one_torch_thread):
     pytest.importorskip("torch")
-    from rankers import routers
     from rbench.tasks.registry import load_task
+    from rbench_rankers import routers
     from tests.test_routers import tiny, toy_rows, write_task
 
     calls = []
@@ -233,7 +233,7 @@ def _tiger():
     pytest.importorskip("torch")
     pytest.importorskip("transformers")
     pytest.importorskip("sklearn")
-    from rankers.tiger import TigerOptions
+    from rbench_rankers.tiger import TigerOptions
     from tests import test_tiger as T
 
     opts = TigerOptions(codebook_size=4, levels=2, user_buckets=0, max_history=5, batch_size=16, max_steps=2,
@@ -242,8 +242,8 @@ def _tiger():
 
 
 def test_tiger_model_cache_key_holds_the_seed(tmp_path, monkeypatch, one_torch_thread):
-    from rankers.tiger import quantiser
     from rbench.api import RunContext
+    from rbench_rankers.tiger import quantiser
 
     T, opts = _tiger()
     real_fit = quantiser.fit
@@ -261,8 +261,8 @@ def test_tiger_model_cache_key_holds_the_seed(tmp_path, monkeypatch, one_torch_t
 
 
 def test_tiger_selects_its_checkpoint_on_the_valid_split(tmp_path, monkeypatch, one_torch_thread):
-    from rankers.tiger import TigerRanker
     from rbench.api import RunContext
+    from rbench_rankers.tiger import TigerRanker
 
     T, opts = _tiger()
     seen: list[str] = []
@@ -282,8 +282,8 @@ def test_tiger_selects_its_checkpoint_on_the_valid_split(tmp_path, monkeypatch, 
 # 12. GraphRouter: the loss is taken on the hidden (target) edges, never on the visible ones
 def test_graphrouter_loss_is_on_the_masked_edges_only(bert_dir, monkeypatch, one_torch_thread):
     torch = pytest.importorskip("torch")
-    from rankers import graphrouter
     from rbench.tasks.registry import load_task
+    from rbench_rankers import graphrouter
     from tests.test_routers import tiny, toy_rows, write_task
 
     visible: list[int] = []

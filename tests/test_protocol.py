@@ -72,7 +72,7 @@ def test_the_version_follows_releases():
 
 
 def test_a_record_of_another_protocol_is_run_again(tmp_path):
-    from rankers.floors import PopularityRanker as Popularity
+    from rbench_rankers.floors import PopularityRanker as Popularity
 
     first = rbench.evaluate(Popularity, "ml-100k", max_queries=30, results_dir=tmp_path)
     path = next(p for p in tmp_path.rglob("*.json"))

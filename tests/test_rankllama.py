@@ -12,9 +12,9 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
-from rankers.rankllama import RankLlamaRanker  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
 from rbench.engine.plugins import load_ranker_class, ranker_config  # noqa: E402
+from rbench_rankers.rankllama import RankLlamaRanker  # noqa: E402
 from tests.lranker_testkit import _word_tokenizer, toy_task  # noqa: E402
 
 SMOLLM = Path("~/.cache/rbench-models/SmolLM2-135M-Instruct.Q4_1.gguf").expanduser()

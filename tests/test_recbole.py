@@ -18,7 +18,7 @@ import pytest
 torch = pytest.importorskip("torch")
 pytest.importorskip("recbole")
 
-import rankers.recbole as R  # noqa: E402
+import rbench_rankers.recbole as R  # noqa: E402
 from rbench.api import (  # noqa: E402
     Pool,
     Queries,

@@ -136,7 +136,7 @@ def broken_plugin(monkeypatch):
     real = plugins._entry_points
 
     def eps():
-        return {**real(), "broken": EntryPoint("broken", "rankers.floors:NoSuchRanker", plugins.GROUP)}
+        return {**real(), "broken": EntryPoint("broken", "rbench_rankers.floors:NoSuchRanker", plugins.GROUP)}
 
     monkeypatch.setattr(plugins, "_entry_points", eps)
 
@@ -150,7 +150,7 @@ def test_one_broken_entry_point_does_not_hide_the_others(capsys, broken_plugin):
     code, out, _ = cli(capsys, "rankers")
     assert code == 0 and "broken" in out and "pop" in out
     code, _, err = cli(capsys, "run", "-r", "broken", "-t", "ml-100k")
-    assert code == 2 and "'broken'" in one_line(err) and "rankers.floors:NoSuchRanker" in err
+    assert code == 2 and "'broken'" in one_line(err) and "rbench_rankers.floors:NoSuchRanker" in err
 
 
 @dataclass

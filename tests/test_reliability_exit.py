@@ -264,4 +264,4 @@ def test_a_rankers_py_in_the_working_folder_does_not_hide_the_builtins(tmp_path)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                           check=False)
     assert done.returncode == 0, done.stderr
-    assert done.stdout.strip() == "rankers.floors"
+    assert done.stdout.strip() == "rbench_rankers.floors"

@@ -188,7 +188,7 @@ def test_graphrouter_trains_and_scores_a_tiny_graph(bert_dir):
 def test_edge_conv_matches_pyg_general_conv():
     torch = pytest.importorskip("torch")
     pyg = pytest.importorskip("torch_geometric.nn")
-    from rankers.graphrouter import modules
+    from rbench_rankers.graphrouter import modules
 
     torch.manual_seed(0)
     ref = pyg.GeneralConv(in_channels=6, out_channels=6, in_edge_channels=3)
@@ -216,7 +216,7 @@ def test_router_clf_learns_and_keeps_the_best_valid_epoch(bert_dir):
     assert ranker.info["best_epoch"] == best["epoch"]
     ranker.index(task.pool)
     s = ranker.score(task.valid, task.valid.candidates)  # the kept weights give the kept valid MRR
-    from rankers.routers import reciprocal_ranks
+    from rbench_rankers.routers import reciprocal_ranks
 
     assert reciprocal_ranks(s, task.valid.candidates, task.valid.positives).mean() == pytest.approx(best["valid_MRR"])
 

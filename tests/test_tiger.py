@@ -12,12 +12,12 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 pytest.importorskip("sklearn")
 
-from rankers.tiger import TigerOptions, TigerRanker  # noqa: E402
-from rankers.tiger import quantiser as Q  # noqa: E402
-from rankers.tiger.model import DEPTH_SCALE, TreeScorer, Trie, Vocab, build_t5, encoder_inputs  # noqa: E402
 from rbench.api import Pool, Queries, Ragged, RunContext, TaskData, TaskSpec  # noqa: E402
 from rbench.engine.evaluate import evaluate  # noqa: E402
 from rbench.engine.metrics import aggregate, per_query  # noqa: E402
+from rbench_rankers.tiger import TigerOptions, TigerRanker  # noqa: E402
+from rbench_rankers.tiger import quantiser as Q  # noqa: E402
+from rbench_rankers.tiger.model import DEPTH_SCALE, TreeScorer, Trie, Vocab, build_t5, encoder_inputs  # noqa: E402
 
 SPEC = TaskSpec(name="toyseq", title="toy", scenario="large", domain="recommendation", description="",
                 paper_candidates=None, paper_queries=None, sources=(), license="", how_to_get="")

@@ -85,7 +85,7 @@ CPU_PRESET: dict[str, Any] = {
 
 @dataclass
 class LRankerConfig(PresetOptions):
-    """Options of ``rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
+    """Options of ``rbench_rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"cpu": CPU_PRESET}
 

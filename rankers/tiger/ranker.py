@@ -201,13 +201,13 @@ class TigerRanker(BaseRanker):
 
     def embeddings(self, pool: Pool) -> np.ndarray:
         """The pool's item text embeddings (the dense ranker's encoder and on-disk cache)."""
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         enc = DenseRanker(DenseOptions(model=self.cfg.text_model), self.context)
         return np.asarray(enc.encode_pool(pool), dtype=np.float32)
 
     def _semantic_ids(self, emb: np.ndarray) -> Any:
-        from rankers.tiger import quantiser
+        from rbench_rankers.tiger import quantiser
 
         c = self.cfg
         opts = {"method": c.quantiser, "levels": c.levels, "size": c.codebook_size, "seed": self.seed,
@@ -230,7 +230,7 @@ class TigerRanker(BaseRanker):
         return sids
 
     def _build_model(self) -> Any:
-        from rankers.tiger.model import build_t5
+        from rbench_rankers.tiger.model import build_t5
 
         c = self.cfg
         return build_t5(self.vocab, c.d_model, c.d_ff, c.num_layers, c.num_decoder_layers, c.num_heads, c.d_kv,
@@ -241,8 +241,8 @@ class TigerRanker(BaseRanker):
     def fit(self, task: TaskData) -> None:
         import torch
 
-        from rankers.tiger.model import TreeScorer, Vocab
-        from rankers.tiger.train import build_examples, newest_windows, train
+        from rbench_rankers.tiger.model import TreeScorer, Vocab
+        from rbench_rankers.tiger.train import build_examples, newest_windows, train
 
         t_fit = time.perf_counter()
         c = self.cfg
@@ -345,7 +345,7 @@ class TigerRanker(BaseRanker):
     # ---------------------------------------------------------------------------- pool
 
     def _set_pool(self, pool: Pool, tokens: np.ndarray) -> None:
-        from rankers.tiger.model import Trie
+        from rbench_rankers.tiger.model import Trie
 
         if self._pool is pool and self._tokens is tokens:
             return
@@ -367,7 +367,7 @@ class TigerRanker(BaseRanker):
             self._set_pool(pool, self._fit_tokens)
             self.info.update({"pool_candidates": len(pool), "unseen_candidates": 0})
             return
-        from rankers.recbole import match_to_fit
+        from rbench_rankers.recbole import match_to_fit
 
         fit_index = {str(i): k for k, i in enumerate(self._fit_pool.ids)}
         pos = match_to_fit(pool, fit_index, getattr(self, "_task_name", ""))
@@ -389,7 +389,7 @@ class TigerRanker(BaseRanker):
     def _encode(self, queries: Queries) -> tuple[Any, Any]:
         import torch
 
-        from rankers.tiger.model import encoder_inputs
+        from rbench_rankers.tiger.model import encoder_inputs
 
         if queries.history is None:
             raise RBenchError("tiger needs Queries.history (a recommendation task)")
@@ -416,7 +416,7 @@ class TigerRanker(BaseRanker):
         return out
 
     def _score_batch(self, queries: Queries) -> Any:
-        from rankers.tiger.model import Trie
+        from rbench_rankers.tiger.model import Trie
 
         if queries.candidates is None:  # a shared pool: every item, once per batch
             if self._trie is None:

@@ -46,7 +46,7 @@ def folder_digests(folder: Path) -> dict[str, dict[str, int | str]]:
 def source_digest(cls: type) -> str:
     """sha256 of the Python source behind a ranker class, so a reviewer can tell which code gave a
     surprising row: the class's module file, or, when the module sits in a subpackage of its
-    top-level package (``rankers.lranker.ranker``), every ``.py`` file of that subpackage (its
+    top-level package (``rbench_rankers.lranker.ranker``), every ``.py`` file of that subpackage (its
     helpers change its numbers too). "" when the source is not on disk (a class built in a REPL)."""
     import inspect
     import sys

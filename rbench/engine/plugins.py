@@ -83,7 +83,8 @@ def _entry_points() -> dict[str, Any]:
 def _load_entry_point(ep: Any) -> Any:
     """``ep.load()``, with the working folder unable to hide the plugin's package: ``python -m``,
     ``python -c`` and notebooks put the working folder first on ``sys.path``, so a user's
-    ``rankers.py`` there would be imported in place of the built-in ``rankers`` package. When
+    ``rankers.py`` there would be imported in place of a plugin package named ``rankers`` (the
+    built-in rankers install as ``rbench_rankers`` so that no such file can take them). When
     the package is not imported yet it is imported with the working folder off the path; when
     the user's module already took its name, that is said in one line."""
     import importlib.util
