@@ -2,7 +2,7 @@
 
 The published design (``ulab-uiuc/GraphRouter``, ``model/graph_nn.py``), written here in plain
 torch (no torch-geometric needed; ``EdgeConv`` computes what PyG's ``GeneralConv`` computes with
-the defaults GraphRouter uses, which ``tests/test_routers.py`` checks against PyG when it is
+the defaults GraphRouter uses, which ``tests/rankers/test_routers.py`` checks against PyG when it is
 installed):
 
 - **Nodes.** Query nodes, LLM nodes, and the task as GraphRouter's code realises its task nodes:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme_tasks import page_blocks
+from tests.tasks.test_readme_tasks import page_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"

@@ -11,7 +11,7 @@ another one. Records written before the protocol existed read as protocol 0.
 Why a stored digest: a version number that a developer must remember to bump goes stale (the
 0.1.0 of 141 commits did). ``PROTOCOL_CODE`` lists the code the numbers depend on;
 ``code_digest()`` hashes it with comments and docstrings removed (the AST), and
-``tests/test_protocol.py`` fails when the digest is not one ``KNOWN_DIGESTS`` lists for the
+``tests/core/test_protocol.py`` fails when the digest is not one ``KNOWN_DIGESTS`` lists for the
 current version. A change that moves numbers bumps ``PROTOCOL_VERSION`` (the committed records
 are then regenerated); a change that provably moves none (a rename, a refactor with the suite and
 ``benchmarks/`` unchanged) adds its digest to the current version's tuple, in the same commit,

@@ -13,7 +13,7 @@ scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never writt
 read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
 
 It is an accelerator, not a second definition: ``rbench.engine.evaluate`` keeps its numpy passes as the
-reference (``RBENCH_FUSED=0`` selects them; ``tests/test_fused.py`` checks both give identical
+reference (``RBENCH_FUSED=0`` selects them; ``tests/engine/test_fused.py`` checks both give identical
 results, ties and exclusions included), and falls back to them where numba is not installed.
 
 Conventions (the engine's): the chunk ``s`` holds finite scores, ``-inf`` for excluded
@@ -279,7 +279,7 @@ def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
 # them), 0.25 s from numba's on-disk cache, numba's import included.
 # Timed inside an evaluation, that made a popularity run's 0.3 ms a query read 45 ms. ``warmup``
 # runs every signature the engine calls on tiny inputs, through the same wrappers as the engine
-# (so the same argument types), before the engine starts its clock; tests/test_compile_time.py
+# (so the same argument types), before the engine starts its clock; tests/engine/test_compile_time.py
 # checks that an evaluation afterwards compiles nothing.
 
 _WARM: set[str] = set()  # the groups of kernels warmed in this process

@@ -26,7 +26,7 @@ So the file leaves no tie to break:
 
 Every tool then reads the order the record was computed from, and measures with a cutoff at or
 below k (nDCG@10 and R@10 for k >= 10; R@100 and ``RR@100`` for k >= 100) equal the record's
-values (``tests/test_runfiles.py``: ir_measures and ranx to 1e-9, ties included). The record's
+values (``tests/engine/test_runfiles.py``: ir_measures and ranx to 1e-9, ties included). The record's
 ``RR`` has no cutoff; a file of depth k gives RR@k, so the record also holds ``RR@100``
 (``rbench.engine.metrics.RECORD_MEASURES``).
 

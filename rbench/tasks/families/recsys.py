@@ -16,7 +16,7 @@ length and leave-one-out; the rest is RecBole's standard practice and written do
    ordered by item id as text. Items without metadata get the text ``item <id>``. That order is
    kept (not the hashed order of ``rbench.tasks.kit``, "Pool order"): it is the catalogue's own,
    fixed before any user is read, so an item's position says what its id says and nothing
-   about which user's next item it is; ``tests/test_pool_order.py`` checks that a ranker of
+   about which user's next item it is; ``tests/tasks/test_pool_order.py`` checks that a ranker of
    positions alone stays at chance.
 6. Exclusion (RecBole full-sort): every item the user interacted with before the target is
    removed from that query's ranking, except the target itself (``exclude_history=all``;

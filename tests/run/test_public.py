@@ -11,7 +11,7 @@ import pytest
 
 import rbench
 from tests.helpers import cli, one_line
-from tests.test_readme_tasks import section_blocks
+from tests.tasks.test_readme_tasks import section_blocks
 
 VOLATILE = {"created", "timings", "peak_rss_bytes", "machine"}
 

@@ -24,10 +24,10 @@ from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
 from rbench.tasks.kit import hashed_order
 from rbench.tasks.registry import import_task, load_task
-from tests.test_tasks_imported import write_jsonl
-from tests.test_tasks_passages import qna_records, write_esci, write_qna_parquet
-from tests.test_tasks_recsys import random_interactions, review_2014, write_atomic_music, write_gz
-from tests.test_tasks_routing import make_rows, write_csv
+from tests.tasks.test_tasks_imported import write_jsonl
+from tests.tasks.test_tasks_passages import qna_records, write_esci, write_qna_parquet
+from tests.tasks.test_tasks_recsys import random_interactions, review_2014, write_atomic_music, write_gz
+from tests.tasks.test_tasks_routing import make_rows, write_csv
 
 # ------------------------------------------------------------------------------------------
 # the rankers: position-only (the attack) and the random expectation it is held to

@@ -30,7 +30,7 @@ from rbench.core.atomic import STALE_AFTER_S
 from rbench.results import record as results
 from rbench.results.record import RunRecord, read_per_query, read_record, record_path, write_run
 from tests.helpers import cli, one_line
-from tests.test_reliability_tables import record, write
+from tests.reliability.test_reliability_tables import record, write
 
 
 def _run_bytes(tag: str) -> bytes:
@@ -155,7 +155,7 @@ def test_a_run_removes_stale_temporaries_of_its_results_folder(capsys, tmp_path)
 def test_an_import_removes_stale_hidden_copies_of_killed_imports(tmp_path):
     from rbench.tasks.families.imported import imported_root
     from rbench.tasks.registry import import_task
-    from tests.test_tasks_imported import beir
+    from tests.tasks.test_tasks_imported import beir
 
     root = imported_root()
     stale_dir = root / ".byo.k1ll3d.tmp"
@@ -202,7 +202,7 @@ def test_table_output_rule(capsys, tmp_path, res, monkeypatch, given, fmt, writt
 
 
 def test_plot_output_rule(capsys, tmp_path, monkeypatch):
-    from tests.test_plots import _rec
+    from tests.results.test_plots import _rec
 
     res = tmp_path / "results"
     for n, rr in ((1682, 0.05), (10000, 0.03)):
@@ -319,7 +319,7 @@ def test_a_stage1_run_file_that_is_not_a_regular_file_is_one_line(capsys, tmp_pa
 
 def test_the_budget_table_escapes_its_cells(tmp_path):
     from rbench.results.leaderboard import budget_markdown, build
-    from tests.test_plots import _curve
+    from tests.results.test_plots import _curve
 
     res = tmp_path / "results"
     info = {"training_budget": {"examples_seen": 10, "epochs": 3.0, "optimizer_steps": 3, "train_wall_s": 1.0,
@@ -342,7 +342,7 @@ def test_the_budget_table_escapes_its_cells(tmp_path):
 
 def test_a_training_plot_draws_labels_as_written(capsys, tmp_path, monkeypatch):
     from rbench.results import plots
-    from tests.test_plots import _curve
+    from tests.results.test_plots import _curve
 
     res = tmp_path / "results"
     budget = {"examples_seen": 10, "epochs": 3.0, "optimizer_steps": 3, "train_wall_s": 1.0,

@@ -18,7 +18,7 @@ from rbench.engine import plugins
 from rbench.results.record import RUN_SUFFIX, read_record
 from rbench.run.runner import RunOptions, run
 from tests.helpers import cli
-from tests.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
+from tests.run.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
 
 ir_measures = pytest.importorskip("ir_measures")
 
@@ -408,7 +408,7 @@ def test_scores_walk_down_in_float32_ulps():
 
 def test_ids_a_trec_file_cannot_hold_are_refused_at_import(capsys, tmp_path):
     from tests.helpers import one_line
-    from tests.test_tasks_imported import beir, write_jsonl
+    from tests.tasks.test_tasks_imported import beir, write_jsonl
 
     d, _ = beir(tmp_path)
     corpus = [json.loads(line) for line in (d / "corpus.jsonl").read_text().splitlines()]

@@ -156,7 +156,7 @@ def test_knn_router_k_choice_breaks_mrr_ties_by_the_objective(bert_dir, monkeypa
     pytest.importorskip("torch")
     from rbench.tasks.registry import load_task
     from rbench_rankers import routers
-    from tests.test_routers import tiny, toy_rows, write_task
+    from tests.rankers.test_routers import tiny, toy_rows, write_task
 
     calls = []
 
@@ -234,7 +234,7 @@ def _tiger():
     pytest.importorskip("transformers")
     pytest.importorskip("sklearn")
     from rbench_rankers.tiger import TigerOptions
-    from tests import test_tiger as T
+    from tests.rankers import test_tiger as T
 
     opts = TigerOptions(codebook_size=4, levels=2, user_buckets=0, max_history=5, batch_size=16, max_steps=2,
                         eval_every=1, valid_max_queries=0, **T.TINY)
@@ -284,7 +284,7 @@ def test_graphrouter_loss_is_on_the_masked_edges_only(bert_dir, monkeypatch, one
     torch = pytest.importorskip("torch")
     from rbench.tasks.registry import load_task
     from rbench_rankers import graphrouter
-    from tests.test_routers import tiny, toy_rows, write_task
+    from tests.rankers.test_routers import tiny, toy_rows, write_task
 
     visible: list[int] = []
     targets: list[int] = []

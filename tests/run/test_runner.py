@@ -13,7 +13,7 @@ import pytest
 
 from rbench.cli.app import main
 from rbench.engine import plugins
-from tests.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
+from tests.run.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
 
 
 class _EP:

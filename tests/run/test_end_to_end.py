@@ -8,8 +8,8 @@ import pytest
 
 from rbench.core import paths
 from rbench.run.runner import RunOptions, run
-from tests.test_tasks_passages import qna_records, write_esci, write_qna_parquet
-from tests.test_tasks_recsys import (
+from tests.tasks.test_tasks_passages import qna_records, write_esci, write_qna_parquet
+from tests.tasks.test_tasks_recsys import (
     movie_ratings,
     random_interactions,
     toy_reviews,
@@ -18,7 +18,7 @@ from tests.test_tasks_recsys import (
     write_ml1m_dat,
     write_toy,
 )
-from tests.test_tasks_routing import make_rows, write_csv
+from tests.tasks.test_tasks_routing import make_rows, write_csv
 
 
 def _raw(task):

@@ -127,7 +127,7 @@ def test_a_run_file_listing_no_test_query_is_refused(tmp_path, content):
 
 @pytest.fixture
 def res(tmp_path):
-    from tests.test_reliability_tables import record
+    from tests.reliability.test_reliability_tables import record
 
     out = tmp_path / "results"
     for ranker, rr in (("pop", np.full(20, 0.3)), ("bm25", np.full(20, 0.5))):

@@ -179,7 +179,7 @@ def test_lazy_text_columns_stay_lazy():
 def test_registry_donors_come_from_prepared_tasks(tmp_path):
     from rbench.core import paths
     from rbench.tasks.registry import BUILTIN, donor_pool
-    from tests.test_cli_data import write_esci_files
+    from tests.cli.test_cli_data import write_esci_files
 
     donors = pools.Donors(tuple(t.spec for t in BUILTIN.values()), donor_pool(0))
     orig = task("msmarco", n=10)

@@ -16,8 +16,8 @@ from rbench.core import paths, protocol
 from rbench.results.leaderboard import build, to_csv, to_markdown
 from rbench.results.record import ColumnKey, RowKey, read_record
 from rbench.tasks.sources import DataSource, from_source, read_provenance, write_provenance
-from tests.test_cli_data import run, write_esci_files
-from tests.test_leaderboard import _write
+from tests.cli.test_cli_data import run, write_esci_files
+from tests.results.test_leaderboard import _write
 
 ML = ColumnKey("ml-100k")
 

@@ -18,7 +18,7 @@ import rbench_rankers.recbole as R  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
 from rbench.results.budget import BUDGET_FIELDS, budget_cells, fmt_duration  # noqa: E402
 from rbench.tasks.families.recsys import load_atomic_dir  # noqa: E402
-from tests.test_recbole import SPEC, _write_atomic  # noqa: E402
+from tests.rankers.test_recbole import SPEC, _write_atomic  # noqa: E402
 
 CONTRACT_BUDGET = {"examples_seen": int, "epochs": float, "optimizer_steps": int, "train_wall_s": float,
                    "trainable_params": int, "selection": str}

@@ -19,7 +19,7 @@ from rbench.run.runner import RunOptions, make_plan, run
 from rbench.tasks import registry
 from rbench.tasks.registry import load_task
 from tests.helpers import cli, one_line
-from tests.test_tasks_recsys import meta_2023, review_2023, toy_reviews, write_gz, write_toy
+from tests.tasks.test_tasks_recsys import meta_2023, review_2023, toy_reviews, write_gz, write_toy
 
 CATEGORIES = {"video-games": "Video_Games", "software": "Software"}
 
@@ -234,7 +234,7 @@ def test_an_lranker_transfer_reuses_the_source_tasks_checkpoint(qwen_dir, tmp_pa
 
     from rbench.tasks import pools
     from tests.lranker_testkit import SPEC, toy_task
-    from tests.test_lranker import ranker_for
+    from tests.rankers.test_lranker import ranker_for
 
     source = toy_task()
     target = toy_task(n_pool=30)

@@ -29,9 +29,9 @@ from rbench.results.record import read_record, record_path, write_run
 from rbench.tasks.families.imported import read_beir
 from rbench.tasks.registry import import_task, load_task
 from tests.helpers import cli, one_line
-from tests.test_reliability_tables import record, write
-from tests.test_tasks_imported import beir
-from tests.test_tasks_recsys import (
+from tests.reliability.test_reliability_tables import record, write
+from tests.tasks.test_tasks_imported import beir
+from tests.tasks.test_tasks_recsys import (
     movie_ratings,
     toy_meta_lines,
     toy_reviews,
@@ -39,9 +39,9 @@ from tests.test_tasks_recsys import (
     write_ml1m_dat,
     write_toy,
 )
-from tests.test_tasks_routing import make_rows, write_csv
+from tests.tasks.test_tasks_routing import make_rows, write_csv
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 DEEP = "[" * 100_000 + "]" * 100_000
 HOSTILE = {"deep nesting": DEEP, "a 5,000-digit integer": "7" * 5000}
 

@@ -17,9 +17,9 @@ from rbench.core import paths
 from rbench.core.errors import RBenchError
 from rbench.tasks import registry, sources
 from tests.helpers import Server
-from tests.test_sources import esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
-from tests.test_tasks_passages import qna_records
-from tests.test_tasks_routing import LLMS, make_rows
+from tests.tasks.test_sources import esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
+from tests.tasks.test_tasks_passages import qna_records
+from tests.tasks.test_tasks_routing import LLMS, make_rows
 
 
 def serve_spec_files(monkeypatch, server: Server, name: str, bodies: dict[str, bytes]) -> None:

@@ -18,7 +18,7 @@ import pytest
 
 from rbench.results import reproduce
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 # Run in a child: warm up with RBENCH_FUSED=0 (rbench's GEMM only), then with it on, then evaluate
 # small synthetic tasks down every road that reaches a kernel, recording any signature that the

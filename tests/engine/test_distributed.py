@@ -188,7 +188,7 @@ def test_run_with_ray_shards_gives_the_single_process_record(monkeypatch, tmp_pa
     from rbench.core.errors import RBenchError
     from rbench.engine import plugins
     from rbench.run.runner import RunOptions, run
-    from tests.test_ann import _HashEmbed
+    from tests.engine.test_ann import _HashEmbed
 
     class EP:
         def load(self):

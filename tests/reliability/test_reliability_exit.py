@@ -24,7 +24,7 @@ import rbench
 from rbench.core.errors import RankerOutputError, RBenchError
 from tests.helpers import cli, make_pool, make_queries, one_line
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _forbid(monkeypatch, module, name: str, what: str) -> None:

@@ -10,7 +10,7 @@ import pytest
 
 import rbench
 from rbench.core.protocol import PROTOCOL_VERSION
-from tests.test_cli_data import run
+from tests.cli.test_cli_data import run
 
 RBENCH = [sys.executable, "-c", "from rbench.cli.app import entry; entry()"]
 

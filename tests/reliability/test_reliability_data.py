@@ -15,8 +15,8 @@ from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
 from rbench.tasks.families.imported import read_beir
 from rbench.tasks.registry import import_task, load_task
-from tests.test_tasks_imported import beir
-from tests.test_tasks_recsys import movie_ratings, toy_reviews, write_ml1m_dat, write_toy
+from tests.tasks.test_tasks_imported import beir
+from tests.tasks.test_tasks_recsys import movie_ratings, toy_reviews, write_ml1m_dat, write_toy
 
 
 def gz_corpus(d):
@@ -135,8 +135,8 @@ def _refuse(kind):
 
 def test_an_unwritable_home_is_one_line_and_reading_a_prepared_task_still_works(tmp_path, capsys, monkeypatch):
     from rbench.tasks import store
+    from tests.cli.test_cli_data import write_esci_files
     from tests.helpers import cli, one_line
-    from tests.test_cli_data import write_esci_files
 
     write_esci_files(paths.raw_dir("esci"))
     assert cli(capsys, "data", "prepare", "esci")[0] == 0  # prepared while the home was writable
