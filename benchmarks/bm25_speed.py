@@ -61,8 +61,8 @@ def top_overlap(a: np.ndarray, b: np.ndarray, k: int = 100) -> float:
 def run(args: argparse.Namespace) -> dict:
     from rank_bm25 import BM25Okapi
 
-    from rankers.bm25 import BM25Ranker
     from rbench.api import Pool, Queries, Ragged
+    from rbench_rankers.bm25 import BM25Ranker
 
     docs, qtexts = synthetic(args.docs, args.doc_len, args.queries, args.query_len, args.vocab, args.seed)
     ranker = BM25Ranker()
@@ -127,7 +127,7 @@ def run(args: argparse.Namespace) -> dict:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(path, text)
 
@@ -147,7 +147,7 @@ def main() -> None:
 
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     table = Table(title=f"BM25 scoring speed — {res['setup']}")
     for col in ("scorer", "queries timed", "index s", "ms/query", "speed-up vs rank-bm25"):

@@ -1,6 +1,6 @@
 """What the engine's consistency check costs (issue 28: under 2% of evaluation time).
 
-``rbench.engine.evaluate(..., verify=True)`` scores a ranker's own ``score()`` over whole rows and
+``rbench.engine.evaluate.evaluate(..., verify=True)`` scores a ranker's own ``score()`` over whole rows and
 then re-scores about one query in a hundred of each batch on a shuffled, label-independent sample
 of its candidates (``engine._verify``); the scores must be identical. ``verify=False`` skips the
 check. This benchmark times both on the same fitted ranker, in the same process:
@@ -152,7 +152,7 @@ def self_test(ranker: VectorScoreRanker, queries: Any, n_pool: int) -> int:
 def ab(ranker: Any, queries: Any, pool: Any, rounds: int, topk: int) -> dict:
     """verify=True vs verify=False on one ranker: a warm-up each way, then ``rounds`` rounds,
     each timing both back to back, alternating which runs first."""
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     def run(verify: bool) -> tuple[Any, float]:
         time.sleep(_SETTLE_S)
@@ -196,7 +196,7 @@ def breakdown(ranker: Any, queries: Any, pool: Any, topk: int) -> dict:
     checks (batches) and queries it re-scored, and how much of ``verify_s`` the ranker's own
     ``score()`` took inside ``_verify`` (the rest is the engine's: sampling, ``take``, the
     label-free view, the comparison). Instruments by wrapping, never by copying engine code."""
-    from rbench import engine
+    from rbench.engine import evaluate as engine
 
     state = {"inside": False, "score_s": 0.0, "calls": 0, "queries": 0, "candidates": 0}
     orig_verify, orig_score = engine._verify, ranker.score
@@ -233,9 +233,9 @@ def breakdown(ranker: Any, queries: Any, pool: Any, topk: int) -> dict:
 
 
 def ml100k_rows(rounds: int, topk: int) -> list[tuple[str, dict]]:
-    from rbench import paths
     from rbench.api import RunContext
-    from rbench.plugins import resolve_ranker
+    from rbench.core import paths
+    from rbench.engine.plugins import resolve_ranker
     from rbench.public import load_task
 
     data = load_task("ml-100k")
@@ -315,7 +315,7 @@ def main() -> None:
     args = ap.parse_args()
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     console = make_console(markup=True)
     rows: list[tuple[str, dict]] = []
@@ -381,7 +381,7 @@ def main() -> None:
     text = "\n".join(header + md) + "\n"
     if earlier:
         text += "\n" + earlier
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     out.parent.mkdir(parents=True, exist_ok=True)
     atomic_write_text(out, text)

@@ -36,10 +36,10 @@ def main() -> None:
     import torch
     from rich.table import Table
 
-    from rankers.dense import DenseOptions, DenseRanker
     from rbench.api import RunContext
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
+    from rbench_rankers.dense import DenseOptions, DenseRanker
 
     os.environ.setdefault("RBENCH_HOME", tempfile.mkdtemp(prefix="rbench-bench-"))
     pool = load_task("ml-100k", {}, seed=0).pool
@@ -92,7 +92,7 @@ def main() -> None:
               "(memory-mapped embedding cache; no encoding).")
     md.append(f"\nModel load (second time, files in the page cache): {model_load:.2f} s.")
     out = ROOT / "benchmarks" / "results" / "dense_throughput.md"
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(out, "\n".join(md) + "\n")
     print(f"wrote {out}")

@@ -83,10 +83,10 @@ def _bare_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int, out: np.n
 
 
 def _own_gemm(q: np.ndarray, emb: np.ndarray, batch: int, chunk: int, out: np.ndarray) -> None:
-    """rbench's own GEMM alone (``rbench._gemm_kernel``), as the engine runs it:
+    """rbench's own GEMM alone (``rbench.engine.kernels.gemm``), as the engine runs it:
     each chunk packed once, each query batch x chunk written whole into ``out`` (as for
     ``_bare_gemm``)."""
-    from rbench import fused
+    from rbench.engine import fused
 
     packed = [fused.pack(emb[c : c + chunk]) for c in range(0, len(emb), chunk)]
     for a in range(0, len(q), batch):
@@ -103,7 +103,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
     import faiss
     import torch  # noqa: F401  (the engine uses torch.topk when torch is loaded, as dense rankers do)
 
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
@@ -120,7 +120,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
     # the others' within a round (to the round's first GEMM), and the median over all is
     # reported, as are the medians of the times. (With one pair a round, 15-round medians of the
     # goal's ratio ranged over 1.02-1.15 for the same code: more pairs, a steadier median.)
-    from rbench import fused
+    from rbench.engine import fused
 
     own = fused.own_gemm(dim)
     t: dict[str, list[float]] = {"gemm": [], "own": [], "top0": [], "faiss": [], "rbench": [], "blas": [],
@@ -197,7 +197,7 @@ def _child(n_pool: int, n_q: int, dim: int, path: str) -> None:
 
     import torch  # noqa: F401
 
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     emb = np.load(path, mmap_mode="r")
     q = np.random.default_rng(0).standard_normal((n_q, dim), dtype=np.float32)
@@ -251,13 +251,13 @@ def main() -> None:
         return
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     console = make_console(markup=True)
     md = ["# Engine scale", "", f"Command: `python benchmarks/engine_scale.py {' '.join(sys.argv[1:])}`",
           f"Machine: {os.cpu_count()} cores.", "",
           "Columns: *bare GEMM* is numpy's (OpenBLAS) GEMM alone over the same batches and chunks, the "
-          "reference of the goal; *rbench's GEMM alone* is rbench._gemm_kernel writing the whole score "
+          "reference of the goal; *rbench's GEMM alone* is rbench.engine.kernels.gemm writing the whole score "
           "matrix (rbench's evaluation fuses it with the scan); *with numpy's GEMM* is "
           "`RBENCH_GEMM=blas` (numpy's GEMM, then the fused scan over its output); *numpy passes* is "
           "`RBENCH_FUSED=0` (the engine's reference passes, over the same GEMM's scores). *top-100 / GEMM*, "
@@ -311,7 +311,7 @@ def main() -> None:
     text = "\n".join(md) + "\n"
     if earlier:
         text += "\n---\n\nEarlier runs (this file's previous contents):\n\n" + earlier
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(out, text)
     console.print(f"written: {out}")

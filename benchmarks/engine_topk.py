@@ -31,7 +31,7 @@ from benchmarks.engine_scale import _setup, _Stub  # noqa: E402
 
 
 def measure(n_pool: int, n_q: int, dim: int, repeats: int, k: int, batch_size: int) -> dict:
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)

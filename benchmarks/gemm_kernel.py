@@ -26,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 import rbench  # noqa: E402,F401,I001  (before numpy: it sets OpenBLAS's thread spin, as the CLI runs)
 import numpy as np  # noqa: E402
 
-from rbench import fused  # noqa: E402
+from rbench.engine import fused  # noqa: E402
 
 _SETTLE_S = 0.05  # pause before each timing (threads left spinning by the previous call)
 
@@ -78,8 +78,8 @@ def main() -> None:
         sys.exit("rbench's GEMM needs numba (and RBENCH_GEMM unset or not 'blas')")
     from rich.table import Table
 
-    from rbench.atomic import atomic_write_text
-    from rbench.console import console as make_console
+    from rbench.core.atomic import atomic_write_text
+    from rbench.core.console import console as make_console
 
     cols = ("dim", "numpy GEMM ms", "rbench GEMM ms", "rbench / numpy", "fused top-0 ms", "top-0 / numpy",
             "fused top-100 ms", "top-100 / numpy", "scores bit-equal to numpy", "max |diff|")

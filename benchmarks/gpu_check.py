@@ -41,8 +41,8 @@ TTS = (2, 1)  # (width, depth) of the "with test-time scaling" latency
 
 def offline_model(name: str) -> tuple[str | None, str]:
     """-> (a loadable local directory / file, note). Never touches the network."""
-    from rankers.lranker.model import resolve_model
-    from rbench.errors import RBenchError
+    from rbench.core.errors import RBenchError
+    from rbench_rankers.lranker.model import resolve_model
 
     try:
         where, gguf = resolve_model(name)
@@ -78,7 +78,7 @@ def check(label: str, model: str, data, args: argparse.Namespace, work: Path) ->
     import torch
 
     from rbench.api import RunContext
-    from rbench.plugins import make_ranker
+    from rbench.engine.plugins import make_ranker
 
     cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
     ranker = make_ranker("lranker", options(model, args),
@@ -151,7 +151,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_check.md")
     ap.add_argument("--device", default=None, help=argparse.SUPPRESS)  # e.g. cpu: smoke-test the code path
     args = ap.parse_args(argv)
-    from rbench.config import parse_assignments
+    from rbench.core.config import parse_assignments
 
     args.sets = parse_assignments(args.sets)
 
@@ -163,7 +163,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
     from tests.lranker_testkit import build_tiny_qwen
 
@@ -209,7 +209,7 @@ def main(argv: list[str] | None = None) -> int:
               "steps/s and the data-wait share cover the training loop without the validation evaluations; "
               f"latency = one `encode` call over {args.test_queries} test queries / {args.test_queries}, after a "
               "warm-up.", "", *lines, "", *[f"- {n}" for n in notes], ""]
-        from rbench.atomic import atomic_write_text
+        from rbench.core.atomic import atomic_write_text
 
         atomic_write_text(args.out, "\n".join(md))
         console.print(f"wrote {args.out}")

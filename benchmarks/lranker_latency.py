@@ -84,8 +84,8 @@ def parts_per_query(trace: list[dict]) -> float:
 
 
 def run_setting(ranker, queries, pool, vec, k: int, d: int, counter: Counter, cache: bool) -> dict:
-    from rankers.lranker.ranker import fixed_scorer
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
+    from rbench_rankers.lranker.ranker import fixed_scorer
 
     ranker.cfg.tts_prefix_cache = cache
     ranker.last_trace = []
@@ -115,7 +115,7 @@ def update_md(path: Path, title: str, section: list[str], header: list[str]) -> 
     else:
         sections.append((title, f"## {title}\n\n{body}"))
     out = "\n".join(header).rstrip() + "\n\n" + "\n".join(b for _, b in sections)
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(path, out)
 
@@ -141,13 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from rich.table import Table
 
-    from rankers.lranker.prefix import supports_prefix_cache
-    from rbench import paths
     from rbench.api import RunContext
-    from rbench.config import parse_assignments
-    from rbench.console import console as make_console
-    from rbench.plugins import make_ranker
+    from rbench.core import paths
+    from rbench.core.config import parse_assignments
+    from rbench.core.console import console as make_console
+    from rbench.engine.plugins import make_ranker
     from rbench.tasks.registry import load_task
+    from rbench_rankers.lranker.prefix import supports_prefix_cache
 
     console = make_console(markup=True)
     sets = {**DEFAULT_SETS, **parse_assignments(args.sets)}

@@ -37,10 +37,10 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
 
     import torch
 
-    from rankers.lranker.train import PartitionSampler, train
-    from rbench import paths
     from rbench.api import RunContext
-    from rbench.plugins import make_ranker
+    from rbench.core import paths
+    from rbench.engine.plugins import make_ranker
+    from rbench_rankers.lranker.train import PartitionSampler, train
 
     ranker = make_ranker("lranker", {**sets, "loader_workers": workers}, RunContext(cache_dir=paths.cache_dir(), seed=seed))
     model = ranker._ensure_model()
@@ -84,8 +84,8 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from rich.table import Table
 
-    from rbench.config import parse_assignments
-    from rbench.console import console as make_console
+    from rbench.core.config import parse_assignments
+    from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
 
     sets = parse_assignments(args.sets)
@@ -123,7 +123,7 @@ def main(argv: list[str] | None = None) -> int:
           "Data-wait share = time the training loop waited for the next step's inputs / wall time of the "
           "timed steps (goal <= 5%). workers=0 builds each step (negatives, masks, partition centroids, "
           "tokens) inside the loop.", "", *lines, "", f"- {summary}", ""]
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(args.out, "\n".join(md))
     console.print(f"wrote {args.out}")

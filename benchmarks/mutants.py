@@ -3,7 +3,7 @@
 Each mutant below is a small, plausible slip in one of rbench's modules (an off-by-one in a
 cutoff, a dropped key field, a wrong split, a sign flip ...). Planted *alone*, its module's test
 files are run (pytest -x); the mutant is caught when a test fails, survived when all pass, and
-the file is put back. Then every survivor is run again with ``tests/test_mutants.py`` added (the
+the file is put back. Then every survivor is run again with ``tests/reliability/test_mutants.py`` added (the
 tests written for the survivors): the table's "caught before" / "caught after" columns.
 
 From the repository root (nothing in the working tree is touched: a temporary ``git worktree``
@@ -31,160 +31,160 @@ import tempfile
 import time
 from pathlib import Path
 
-M_T = ["tests/test_metrics.py", "tests/test_pins.py", "tests/test_runfiles.py", "tests/test_engine_topk.py",
-       "tests/test_planted_slips.py"]
-E_T = ["tests/test_engine_topk.py", "tests/test_metrics.py", "tests/test_fused.py", "tests/test_pins.py",
-       "tests/test_planted_slips.py", "tests/test_runfiles.py", "tests/test_rerank.py", "tests/test_pool_order.py"]
-R_T = ["tests/test_rerank.py", "tests/test_planted_slips.py", "tests/test_runfiles.py"]
-T_T = ["tests/test_tasks_recsys.py", "tests/test_tasks_ml100k.py", "tests/test_tasks_imported.py",
-       "tests/test_tasks_passages.py", "tests/test_pool_order.py", "tests/test_planted_slips.py"]
-P_T = ["tests/test_pools.py", "tests/test_pool_order.py", "tests/test_planted_slips.py", "tests/test_rerank.py"]
-S_T = ["tests/test_runner.py", "tests/test_planted_slips.py", "tests/test_leaderboard.py"]
-L_T = ["tests/test_leaderboard.py", "tests/test_significance.py", "tests/test_planted_slips.py",
-       "tests/test_reliability_tables.py"]
+M_T = ["tests/engine/test_metrics.py", "tests/pins/test_pins.py", "tests/engine/test_runfiles.py", "tests/engine/test_engine_topk.py",
+       "tests/reliability/test_planted_slips.py"]
+E_T = ["tests/engine/test_engine_topk.py", "tests/engine/test_metrics.py", "tests/engine/test_fused.py", "tests/pins/test_pins.py",
+       "tests/reliability/test_planted_slips.py", "tests/engine/test_runfiles.py", "tests/engine/test_rerank.py", "tests/tasks/test_pool_order.py"]
+R_T = ["tests/engine/test_rerank.py", "tests/reliability/test_planted_slips.py", "tests/engine/test_runfiles.py"]
+T_T = ["tests/tasks/test_tasks_recsys.py", "tests/tasks/test_tasks_ml100k.py", "tests/tasks/test_tasks_imported.py",
+       "tests/tasks/test_tasks_passages.py", "tests/tasks/test_pool_order.py", "tests/reliability/test_planted_slips.py"]
+P_T = ["tests/tasks/test_pools.py", "tests/tasks/test_pool_order.py", "tests/reliability/test_planted_slips.py", "tests/engine/test_rerank.py"]
+S_T = ["tests/run/test_runner.py", "tests/reliability/test_planted_slips.py", "tests/results/test_leaderboard.py"]
+L_T = ["tests/results/test_leaderboard.py", "tests/results/test_significance.py", "tests/reliability/test_planted_slips.py",
+       "tests/reliability/test_reliability_tables.py"]
 
 # (id, module, file, description, old, new, test files)
 MUTANTS = [
     # ---------------------------------------------------------------- metrics
-    ("m1", "metrics", "rbench/metrics.py", "nDCG discount log2(rank+2) instead of log2(rank+1)",
+    ("m1", "metrics", "rbench/engine/metrics.py", "nDCG discount log2(rank+2) instead of log2(rank+1)",
      "g[inside] / np.log2(r[inside] + 1.0)", "g[inside] / np.log2(r[inside] + 2.0)", M_T),
-    ("m2", "metrics", "rbench/metrics.py", "nDCG@10 cutoff r < k (computes @9)",
+    ("m2", "metrics", "rbench/engine/metrics.py", "nDCG@10 cutoff r < k (computes @9)",
      "inside = r <= k", "inside = r < k", M_T),
-    ("m3", "metrics", "rbench/metrics.py", "ideal DCG over the grades in ascending order (wrong ideal list)",
+    ("m3", "metrics", "rbench/engine/metrics.py", "ideal DCG over the grades in ascending order (wrong ideal list)",
      "np.sort(grades[i])[::-1][:k]", "np.sort(grades[i])[:k]", M_T),
-    ("m4", "metrics", "rbench/metrics.py", "RR@k cutoff best < k (RR@100 drops rank 100)",
+    ("m4", "metrics", "rbench/engine/metrics.py", "RR@k cutoff best < k (RR@100 drops rank 100)",
      "np.where(best <= (np.inf", "np.where(best < (np.inf", M_T),
-    ("m5", "metrics", "rbench/metrics.py", "R@k counts r < k (R@10 computes @9)",
+    ("m5", "metrics", "rbench/engine/metrics.py", "R@k counts r < k (R@10 computes @9)",
      "(r <= k).astype(np.float64)", "(r < k).astype(np.float64)", M_T),
-    ("m6", "metrics", "rbench/metrics.py", "mean over queries with a non-zero value only (trec_eval without -c)",
+    ("m6", "metrics", "rbench/engine/metrics.py", "mean over queries with a non-zero value only (trec_eval without -c)",
      "float(np.mean(v)) if len(v)", "float(np.mean(v[v > 0])) if (np.asarray(v) > 0).any()", M_T),
-    ("m7", "metrics", "rbench/runfile.py", "run_width keeps only depth candidates (no room for positives)",
+    ("m7", "metrics", "rbench/engine/runfile.py", "run_width keeps only depth candidates (no room for positives)",
      "return depth + min(int(lengths.max()) if len(lengths) else 0, depth)", "return depth", M_T),
-    ("m8", "metrics", "rbench/runfile.py", "run file: positive placed only when rank < depth (off by one)",
+    ("m8", "metrics", "rbench/engine/runfile.py", "run file: positive placed only when rank < depth (off by one)",
      "placed = (r >= 1) & (r <= depth)", "placed = (r >= 1) & (r < depth)", M_T),
-    ("m9", "metrics", "rbench/runfile.py", "run file lines: ties by descending pool index",
+    ("m9", "metrics", "rbench/engine/runfile.py", "run file lines: ties by descending pool index",
      "order = np.lexsort((np.where(valid, idx, np.iinfo(np.int64).max)",
      "order = np.lexsort((np.where(valid, -idx, np.iinfo(np.int64).max)", M_T),
     # ---------------------------------------------------------------- engine
-    ("e1", "engine", "rbench/engine.py", "optimistic ties: rank ignores candidates tied with the positive",
+    ("e1", "engine", "rbench/engine/evaluate.py", "optimistic ties: rank ignores candidates tied with the positive",
      "ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals)",
      "ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + before_vals)", E_T),
-    ("e2", "engine", "rbench/engine.py", "shared-pool exclusions: chunk start excluded from the mask (ev > a)",
+    ("e2", "engine", "rbench/engine/evaluate.py", "shared-pool exclusions: chunk start excluded from the mask (ev > a)",
      "inside = (ev >= a) & (ev < a + n_cols)", "inside = (ev > a) & (ev < a + n_cols)", E_T),
-    ("e3", "engine", "rbench/engine.py", "tied positives ordered by descending grade (optimistic nDCG)",
+    ("e3", "engine", "rbench/engine/evaluate.py", "tied positives ordered by descending grade (optimistic nDCG)",
      "((grade[:, None, :] < grade[:, :, None])", "((grade[:, None, :] > grade[:, :, None])", E_T),
-    ("e4", "engine", "rbench/engine.py", "many-positive count: ties counted as higher (C - lo)",
+    ("e4", "engine", "rbench/engine/evaluate.py", "many-positive count: ties counted as higher (C - lo)",
      "higher[i] += C - hi", "higher[i] += C - lo", E_T),
-    ("e5", "engine", "rbench/engine.py", "shard merge sums pos_before over shards (double counts)",
+    ("e5", "engine", "rbench/engine/evaluate.py", "shard merge sums pos_before over shards (double counts)",
      "1 + higher + equal + first.pos_before)", "1 + higher + equal + np.sum([p.pos_before for p in parts], axis=0))",
-     E_T + ["tests/test_distributed.py"]),
-    ("e6", "engine", "rbench/engine.py", "per-query list exclusion mask dropped",
-     "s[r, np.isin(cand[r], excl[r])] = -np.inf", "pass", E_T + ["tests/test_tasks_recsys.py"]),
-    ("e7", "engine", "rbench/engine.py", "fused scan: ranked count adds the whole chunk even with exclusions",
+     E_T + ["tests/engine/test_distributed.py"]),
+    ("e6", "engine", "rbench/engine/evaluate.py", "per-query list exclusion mask dropped",
+     "s[r, np.isin(cand[r], excl[r])] = -np.inf", "pass", E_T + ["tests/tasks/test_tasks_recsys.py"]),
+    ("e7", "engine", "rbench/engine/evaluate.py", "fused scan: ranked count adds the whole chunk even with exclusions",
      "                if not excluded_here:\n                    finite += C",
      "                if True:\n                    finite += C", E_T),
-    ("e8", "engine", "rbench/engine.py", "a zero grade passes validation (grades.min() >= 0)",
+    ("e8", "engine", "rbench/engine/evaluate.py", "a zero grade passes validation (grades.min() >= 0)",
      "np.isfinite(grades).all() and grades.min() > 0 and", "np.isfinite(grades).all() and grades.min() >= 0 and",
-     E_T + ["tests/test_reliability_data.py", "tests/test_reliability_hostile.py"]),
+     E_T + ["tests/reliability/test_reliability_data.py", "tests/reliability/test_reliability_hostile.py"]),
     # ---------------------------------------------------------------- rerank
-    ("r1", "rerank", "rbench/rerank.py", "-dropped metrics: positives below depth placed at depth+1, not dropped",
+    ("r1", "rerank", "rbench/engine/rerank.py", "-dropped metrics: positives below depth placed at depth+1, not dropped",
      "dropped_ranks = np.where(inside, final, np.inf)", "dropped_ranks = np.where(inside, final, rp.depth + 1)", R_T),
-    ("r2", "rerank", "rbench/rerank.py", "first_stage_recall@depth as success (any positive) instead of recall",
+    ("r2", "rerank", "rbench/engine/rerank.py", "first_stage_recall@depth as success (any positive) instead of recall",
      "recall = float(np.mean(hits / np.maximum(lengths, 1)))", "recall = float(np.mean(hits > 0))", R_T),
-    ("r3", "rerank", "rbench/rerank.py", "run-file stage 1: missing positives one position too high",
+    ("r3", "rerank", "rbench/engine/rerank.py", "run-file stage 1: missing positives one position too high",
      "ranks[flat[order]] = n_ranked[i] - len(flat) + 1 + np.arange(len(flat))",
      "ranks[flat[order]] = n_ranked[i] - len(flat) + np.arange(len(flat))", R_T),
-    ("r4", "rerank", "rbench/rerank.py", "run-file stage 1 keeps excluded documents (mask dropped)",
+    ("r4", "rerank", "rbench/engine/rerank.py", "run-file stage 1 keeps excluded documents (mask dropped)",
      "                if d not in excluded[i]:\n", "                if True:\n", R_T),
-    ("r5", "rerank", "rbench/rerank.py", "stage-1 cache key without the depth",
+    ("r5", "rerank", "rbench/engine/rerank.py", "stage-1 cache key without the depth",
      '"variant": variant, "depth": depth, "seed": seed', '"variant": variant, "seed": seed', R_T),
-    ("r6", "rerank", "rbench/rerank.py", "stage-1 cache key without the evaluated queries",
+    ("r6", "rerank", "rbench/engine/rerank.py", "stage-1 cache key without the evaluated queries",
      '               "queries": _queries_digest(data.test),\n', "", R_T),
-    ("r7", "rerank", "rbench/rerank.py", "stage-1 lists drop pool index 0 (keep = idx > 0)",
+    ("r7", "rerank", "rbench/engine/rerank.py", "stage-1 lists drop pool index 0 (keep = idx > 0)",
      "    keep = idx >= 0\n    offsets", "    keep = idx > 0\n    offsets", R_T),
     # ---------------------------------------------------------------- tasks
     ("t1", "tasks", "rbench/tasks/kit.py", "8:1:1 split truncates instead of rounding round(n/10)",
      "k = int(np.floor(len(group) * 0.1 + 0.5))", "k = int(len(group) * 0.1)", T_T),
-    ("t2", "tasks", "rbench/tasks/recsys.py", "valid target = the test target (n-1 instead of n-2)",
+    ("t2", "tasks", "rbench/tasks/families/recsys.py", "valid target = the test target (n-1 instead of n-2)",
      "valid = make(rows_all, n - 2,", "valid = make(rows_all, n - 1,", T_T),
-    ("t3", "tasks", "rbench/tasks/recsys.py", "training windows include the validation target (n-2 windows)",
+    ("t3", "tasks", "rbench/tasks/families/recsys.py", "training windows include the validation target (n-2 windows)",
      "n_train = np.maximum(n - 3, 0)", "n_train = np.maximum(n - 2, 0)", T_T),
-    ("t4", "tasks", "rbench/tasks/recsys.py", "exclusions no longer keep the target itself out of the mask",
+    ("t4", "tasks", "rbench/tasks/families/recsys.py", "exclusions no longer keep the target itself out of the mask",
      "    keep &= v != drop[q]\n", "", T_T),
-    ("t5", "tasks", "rbench/tasks/recsys.py", "duplicate (user, item, ts) rows not dropped (dedup dropped)",
+    ("t5", "tasks", "rbench/tasks/families/recsys.py", "duplicate (user, item, ts) rows not dropped (dedup dropped)",
      "return np.sort(order[~dup])", "return np.sort(order)", T_T),
-    ("t6", "tasks", "rbench/tasks/recsys.py", "sampled negatives ignore the run seed",
+    ("t6", "tasks", "rbench/tasks/families/recsys.py", "sampled negatives ignore the run seed",
      'seeded_rng(seed, f"negatives/{split_name}")', 'seeded_rng(0, f"negatives/{split_name}")', T_T),
-    ("t7", "tasks", "rbench/tasks/recsys.py", "history window one item short (H-1 items)",
+    ("t7", "tasks", "rbench/tasks/families/recsys.py", "history window one item short (H-1 items)",
      "lo = np.maximum(targets - history_len, 0)", "lo = np.maximum(targets - history_len + 1, 0)", T_T),
-    ("t8", "tasks", "rbench/pools.py", "scaled:N donor draw ignores the run seed",
+    ("t8", "tasks", "rbench/tasks/pools.py", "scaled:N donor draw ignores the run seed",
      '[int(seed) & 0xFFFFFFFF, *_seed_words("scaled-draw", n)]', '[*_seed_words("scaled-draw", n)]', P_T),
-    ("t9", "tasks", "rbench/pools.py", "transfer keeps the target task's valid split (wrong split)",
-     "train=source.train, valid=source.valid,", "train=source.train, valid=data.valid,", P_T + ["tests/test_runner.py"]),
+    ("t9", "tasks", "rbench/tasks/pools.py", "transfer keeps the target task's valid split (wrong split)",
+     "train=source.train, valid=source.valid,", "train=source.train, valid=data.valid,", P_T + ["tests/run/test_runner.py"]),
     # ---------------------------------------------------------------- results / reuse
-    ("s1", "results", "rbench/runner.py", "only-missing reuse ignores the task fingerprint",
+    ("s1", "results", "rbench/run/runner.py", "only-missing reuse ignores the task fingerprint",
      "same = (rec.task_fingerprint == fingerprint and rec.protocol", "same = (rec.protocol", S_T),
-    ("s2", "results", "rbench/runner.py", "only-missing reuse ignores the evaluation protocol (before 0.2: the rbench version)",
+    ("s2", "results", "rbench/run/runner.py", "only-missing reuse ignores the evaluation protocol (before 0.2: the rbench version)",
      "rec.protocol == PROTOCOL_VERSION\n            and _same_ranker",
      "True\n            and _same_ranker", S_T),
-    ("s3", "results", "rbench/runner.py", "_same_ranker ignores the ranker version",
+    ("s3", "results", "rbench/run/runner.py", "_same_ranker ignores the ranker version",
      'return (str(recorded.get("version", "")) == str(getattr(ranker, "version", ""))\n            and',
      "return (True\n            and", S_T),
-    ("s4", "results", "rbench/runner.py", "_same_ranker ignores the source digest",
+    ("s4", "results", "rbench/run/runner.py", "_same_ranker ignores the source digest",
      'and recorded.get("source_sha256") == source_digest(type(ranker))', "and True", S_T),
-    ("s5", "results", "rbench/runner.py", "_same_ranker ignores the effective config",
+    ("s5", "results", "rbench/run/runner.py", "_same_ranker ignores the effective config",
      '\n            and _canonical_json(plain_config(recorded.get("config") or {})) == _canonical_json(plain_config(ranker.config)))',
      ")", S_T),
-    ("s6", "results", "rbench/runner.py", "only-missing reuse ignores the run options diff",
+    ("s6", "results", "rbench/run/runner.py", "only-missing reuse ignores the run options diff",
      'and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)', "and True", S_T),
-    ("s7", "results", "rbench/runner.py", "only-missing keeps a record without the run file this run asks for",
+    ("s7", "results", "rbench/run/runner.py", "only-missing keeps a record without the run file this run asks for",
      "and (bool(rec.run_file) or plan.topk == 0)", "and True", S_T),
-    ("s8", "results", "rbench/results.py", "per-query file read without its sha256 check",
+    ("s8", "results", "rbench/results/record.py", "per-query file read without its sha256 check",
      "if record.per_query_sha256 and hashlib.sha256(raw)", "if False and hashlib.sha256(raw)",
-     S_T + ["tests/test_reliability_tables.py", "tests/test_reliability_hostile.py"]),
+     S_T + ["tests/reliability/test_reliability_tables.py", "tests/reliability/test_reliability_hostile.py"]),
     # ---------------------------------------------------------------- leaderboard / significance
-    ("l1", "leaderboard", "rbench/leaderboard.py", "best/second marks on the lowest values",
+    ("l1", "leaderboard", "rbench/results/leaderboard.py", "best/second marks on the lowest values",
      "for r in shown}, reverse=True)", "for r in shown})", L_T),
-    ("l2", "leaderboard", "rbench/leaderboard.py", "significance against the worst row instead of the best",
+    ("l2", "leaderboard", "rbench/results/leaderboard.py", "significance against the worst row instead of the best",
      "best = max(rows, key=lambda r: self.cells[(r, task)][metric])",
      "best = min(rows, key=lambda r: self.cells[(r, task)][metric])", L_T),
-    ("l3", "leaderboard", "rbench/leaderboard.py", "a cell with no test gets a star (default p 0)",
+    ("l3", "leaderboard", "rbench/results/leaderboard.py", "a cell with no test gets a star (default p 0)",
      "if sig.get((r, t, m), 1.0) < lb.alpha:", "if sig.get((r, t, m), 0.0) < lb.alpha:", L_T),
-    ("l4", "leaderboard", "rbench/leaderboard.py", "duplicate cells keep the oldest record",
+    ("l4", "leaderboard", "rbench/results/leaderboard.py", "duplicate cells keep the oldest record",
      "return prev_created >= rec.created", "return prev_created <= rec.created", L_T),
-    ("l5", "leaderboard", "rbench/leaderboard.py", "variant delta relative to the variant's MRR, not the original's",
+    ("l5", "leaderboard", "rbench/results/leaderboard.py", "variant delta relative to the variant's MRR, not the original's",
      '(metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]', '(metrics["RR"] - base.metrics["RR"]) / metrics["RR"]',
      L_T),
-    ("l6", "leaderboard", "rbench/significance.py", "one-sided statistic (sign of the mean kept)",
+    ("l6", "leaderboard", "rbench/results/significance.py", "one-sided statistic (sign of the mean kept)",
      "observed = abs(d.mean())", "observed = d.mean()", L_T),
-    ("l7", "leaderboard", "rbench/significance.py", "p-value without the +1 correction",
+    ("l7", "leaderboard", "rbench/results/significance.py", "p-value without the +1 correction",
      "return (extreme + 1) / (n_resamples + 1)", "return extreme / n_resamples", L_T),
-    ("l8", "leaderboard", "rbench/significance.py", "resampled sums compared with the observed mean",
+    ("l8", "leaderboard", "rbench/results/significance.py", "resampled sums compared with the observed mean",
      "means = np.abs(signs @ d) / len(d)", "means = np.abs(signs @ d)", L_T),
     # ---------------------------------------------------------------- rankers' model selection
     ("k1", "rankers", "rankers/routers.py", "kNN router: ties in k go to the larger k",
      'key=lambda p: (p["valid_MRR"], p["valid_objective"], -p["k"]))',
-     'key=lambda p: (p["valid_MRR"], p["valid_objective"], p["k"]))', ["tests/test_routers.py", "tests/test_planted_slips.py"]),
+     'key=lambda p: (p["valid_MRR"], p["valid_objective"], p["k"]))', ["tests/rankers/test_routers.py", "tests/reliability/test_planted_slips.py"]),
     ("k2", "rankers", "rankers/routers.py", "kNN router: 'all training queries' left out of the k grid",
      "grid = sorted({min(k, n) for k in self.cfg.k_grid} | {n})", "grid = sorted({min(k, n) for k in self.cfg.k_grid})",
-     ["tests/test_routers.py", "tests/test_planted_slips.py"]),
+     ["tests/rankers/test_routers.py", "tests/reliability/test_planted_slips.py"]),
     ("k3", "rankers", "rankers/tiger/train.py", "TIGER: a later evaluation that ties the best replaces it",
-     "if v > res.best_valid:", "if v >= res.best_valid:", ["tests/test_tiger.py", "tests/test_planted_slips.py"]),
+     "if v > res.best_valid:", "if v >= res.best_valid:", ["tests/rankers/test_tiger.py", "tests/reliability/test_planted_slips.py"]),
     ("k4", "rankers", "rankers/tiger/ranker.py", "TIGER: validation subsample ignores the seed",
      "np.random.default_rng(self.seed).choice(len(valid)", "np.random.default_rng(0).choice(len(valid)",
-     ["tests/test_tiger.py", "tests/test_planted_slips.py"]),
+     ["tests/rankers/test_tiger.py", "tests/reliability/test_planted_slips.py"]),
     ("k5", "rankers", "rankers/lranker/train.py", "LRanker: a later evaluation that ties the best replaces it",
      "if report.best_valid_mrr is None or mrr > report.best_valid_mrr:",
-     "if report.best_valid_mrr is None or mrr >= report.best_valid_mrr:", ["tests/test_lranker.py"]),
+     "if report.best_valid_mrr is None or mrr >= report.best_valid_mrr:", ["tests/rankers/test_lranker.py"]),
     ("k6", "rankers", "rankers/lranker/train.py", "LRanker: the best checkpoint is never restored",
-     "if best_state is not None and report.best_step != report.steps:", "if False:", ["tests/test_lranker.py"]),
+     "if best_state is not None and report.best_step != report.steps:", "if False:", ["tests/rankers/test_lranker.py"]),
     ("k7", "rankers", "rankers/lranker/scaling.py", "width/depth selection: a significantly worse setting wins",
      'win = vs["margin"] > 0 and vs["p"] < alpha', 'win = vs["p"] < alpha',
-     ["tests/test_lranker_scaling.py", "tests/test_lranker.py"]),
+     ["tests/rankers/test_lranker_scaling.py", "tests/rankers/test_lranker.py"]),
     ("k8", "rankers", "rankers/recbole.py", "RecBole early stopping on the smallest valid metric",
-     '"valid_metric_bigger": True,', '"valid_metric_bigger": False,', ["tests/test_recbole.py"]),
+     '"valid_metric_bigger": True,', '"valid_metric_bigger": False,', ["tests/rankers/test_recbole.py"]),
     ("k9", "rankers", "rankers/recbole.py", "RecBole general-model training pairs not de-duplicated",
-     '"i": np.concatenate(parts_i)}).drop_duplicates()', '"i": np.concatenate(parts_i)})', ["tests/test_recbole.py"]),
+     '"i": np.concatenate(parts_i)}).drop_duplicates()', '"i": np.concatenate(parts_i)})', ["tests/rankers/test_recbole.py"]),
 ]
 
 MODULE_ORDER = ["engine", "rerank", "metrics", "tasks", "results", "leaderboard", "rankers"]
@@ -275,7 +275,7 @@ def run_all(root: Path, only: set[str], extra: list[str], only_extra: bool, time
 def markdown(results: list[dict]) -> str:
     out = ["# Mutation testing (issue 29)", "",
            "Each mutant planted alone; its module's test files run with `pytest -x`. "
-           "\"Caught after\" adds `tests/test_mutants.py` (one test per survivor). "
+           "\"Caught after\" adds `tests/reliability/test_mutants.py` (one test per survivor). "
            "Reproduce: `python benchmarks/mutants.py`.", "",
            table(results, {r["id"]: r["before"] for r in results}), "",
            "| id | module | file | mutation | before | after | caught by |", "|---|---|---|---|---|---|---|"]
@@ -291,7 +291,7 @@ def main() -> None:
     ap.add_argument("--only", default="", help="comma-separated mutant ids")
     ap.add_argument("--extra", action="append", default=[], help="test files added to every mutant's run")
     ap.add_argument("--only-extra", action="store_true", help="run only the --extra test files (checking new tests)")
-    ap.add_argument("--new-tests", default="tests/test_mutants.py",
+    ap.add_argument("--new-tests", default="tests/reliability/test_mutants.py",
                     help="run survivors again with this file added ('' : no second pass)")
     ap.add_argument("--json", default="", help="write the results as JSON here")
     ap.add_argument("--md", default="", help="write the Markdown table here (default with a worktree: "

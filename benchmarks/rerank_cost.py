@@ -118,10 +118,10 @@ def main() -> None:
     import torch
     from rich.table import Table
 
-    from rankers.cross_encoder import CrossEncoderRanker
-    from rankers.rankllama import RankLlamaRanker
-    from rbench.console import console as make_console
-    from rbench.plugins import ranker_config
+    from rbench.core.console import console as make_console
+    from rbench.engine.plugins import ranker_config
+    from rbench_rankers.cross_encoder import CrossEncoderRanker
+    from rbench_rankers.rankllama import RankLlamaRanker
     torch.set_num_threads(args.threads)
     batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     tasks = ["ml-100k"] + (["msmarco"] if args.msmarco else [])
@@ -186,7 +186,7 @@ def main() -> None:
            "| reranker | basis | pairs/s | task | queries | candidates | depth 100 | depth 200 | exhaustive |",
            "|---|---|---|---|---|---|---|---|---|"]
     md += ["| " + " | ".join(r) + " |" for r in prow]
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     out = ROOT / "benchmarks" / "results" / "rerank_cost.md"
     atomic_write_text(out, "\n".join(md) + "\n")

@@ -81,10 +81,10 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermed
 
 def save_lengths(out: Path, pairs: int, msmarco: bool) -> None:
     from benchmarks.rerank_cost import SMOLLM, real_pairs
-    from rankers.cross_encoder import CrossEncoderRanker
-    from rankers.rankllama import RankLlamaRanker
-    from rbench.atomic import atomic_write_text
-    from rbench.plugins import ranker_config
+    from rbench.core.atomic import atomic_write_text
+    from rbench.engine.plugins import ranker_config
+    from rbench_rankers.cross_encoder import CrossEncoderRanker
+    from rbench_rankers.rankllama import RankLlamaRanker
 
     ce = CrossEncoderRanker(config=ranker_config(CrossEncoderRanker, {"model": "all-MiniLM-L6-v2", "device": "cpu"}))
     ce.load()
@@ -189,8 +189,8 @@ def measure(args: argparse.Namespace) -> int:
     from rich.table import Table
 
     from benchmarks.rerank_cost import projection_rows
-    from rbench.atomic import atomic_write_text
-    from rbench.console import console as make_console
+    from rbench.core.atomic import atomic_write_text
+    from rbench.core.console import console as make_console
 
     lengths_file = json.loads(Path(args.lengths).read_text())
     saved = lengths_file["tasks"]

@@ -8,7 +8,7 @@ sample, non-default ranker and task options (``--set``), two-stage spec (``--rer
 ``--rerank-depth``) and results folder (the record's path minus ``<scenario>/<task>/<file>``).
 ``--overwrite only-missing`` re-runs exactly the records that are stale (another evaluation
 protocol, ranker code, config or data) and keeps the rest. This is how the committed records are
-regenerated when ``rbench.protocol.PROTOCOL_VERSION`` moves.
+regenerated when ``rbench.core.protocol.PROTOCOL_VERSION`` moves.
 """
 
 from __future__ import annotations
@@ -65,7 +65,7 @@ def main(argv: list[str] | None = None) -> int:
     for cmd in commands:
         print("rbench " + shlex.join(cmd), flush=True)
         if not args.print:
-            from rbench.cli import main as rbench_main
+            from rbench.cli.app import main as rbench_main
 
             code = rbench_main(cmd)
             if code:

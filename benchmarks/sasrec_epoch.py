@@ -39,11 +39,11 @@ def worker(epochs: int) -> dict:
 
     import torch
 
-    from rankers.recbole import SASRecOptions, SASRecRanker
     from rbench.api import RunContext
-    from rbench.engine import evaluate
-    from rbench.metrics import MEASURES, aggregate, per_query
+    from rbench.engine.evaluate import evaluate
+    from rbench.engine.metrics import MEASURES, aggregate, per_query
     from rbench.tasks.registry import load_task
+    from rbench_rankers.recbole import SASRecOptions, SASRecRanker
 
     task = load_task("ml-100k", {}, seed=0)
     cache = Path(tempfile.mkdtemp(prefix="sasrec-bench-"))
@@ -75,7 +75,7 @@ def main() -> None:
 
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     results = {}
     for name in args.settings.split(","):
@@ -113,7 +113,7 @@ def main() -> None:
     md.append("\n`malloc` = `MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=100000000000`.")
     make_console(markup=True).print(t)
     path = ROOT / "benchmarks" / "results" / "sasrec_epoch.md"
-    from rbench.atomic import atomic_write_text
+    from rbench.core.atomic import atomic_write_text
 
     atomic_write_text(path, "\n".join(md) + "\n")
     print(f"wrote {path}")

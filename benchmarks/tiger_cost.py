@@ -46,7 +46,7 @@ def _records(results: Path) -> list[dict]:
             m = rec["metrics"]
             nd = dict(rec.get("run_options", {}).get("non_default", {}).get("ranker", {}))
             if name == "tiger" and nd.get("preset") == "cpu":  # the preset's own values go unsaid
-                from rankers.tiger import CPU_PRESET
+                from rbench_rankers.tiger import CPU_PRESET
 
                 nd = {k: v for k, v in nd.items() if k == "preset" or CPU_PRESET.get(k) != v}
             rows.append({
@@ -63,9 +63,9 @@ def _measure() -> list[dict]:
     import numpy as np
     import torch
 
-    from rankers.tiger import quantiser as Q
-    from rankers.tiger.model import TreeScorer, Trie, Vocab, build_t5
-    from rankers.tiger.ranker import TigerOptions
+    from rbench_rankers.tiger import quantiser as Q
+    from rbench_rankers.tiger.model import TreeScorer, Trie, Vocab, build_t5
+    from rbench_rankers.tiger.ranker import TigerOptions
 
     torch.manual_seed(0)
     x = np.random.default_rng(0).standard_normal((1682, 384)).astype(np.float32)
@@ -117,7 +117,7 @@ def main() -> None:
     args = ap.parse_args()
     from rich.table import Table
 
-    from rbench.console import console as make_console
+    from rbench.core.console import console as make_console
 
     rows = _records(Path(args.results_dir))
     cols = ("task", "ranker", "nDCG@10", "MRR", "epochs", "s/epoch", "train_s", "valid_s", "ms/query", "peak_MiB",

@@ -20,7 +20,7 @@ Choices the paper leaves open (it only names BM25, Robertson & Zaragoza 2009):
     here changes no ranking and keeps one tf formula for every idf choice.
   - ``"atire"``: ``log(N / df)`` (ATIRE; 0 for a term in every document).
   ``epsilon`` is used by ``"okapi"`` only.
-- **Tokens**: see ``rankers.text`` (lowercase, ``\\w+``, Lucene English stopwords on, no
+- **Tokens**: see ``rbench_rankers.text`` (lowercase, ``\\w+``, Lucene English stopwords on, no
   stemming); queries and candidates go through the same tokenizer. Query tokens absent from the
   pool score 0; an empty query (or one made only of stopwords) scores 0 everywhere, an empty
   document scores 0 for every query. ``avgdl`` counts tokens after stopword removal.
@@ -58,10 +58,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rankers.text import Tokenizer
 from rbench.api import Pool, Queries
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugin import BaseRanker, RBenchError
+from rbench_rankers.text import Tokenizer
 
 IdfKind = Literal["okapi", "lucene", "atire"]
 
@@ -82,7 +81,7 @@ class BM25Options:
     epsilon: float = 0.25  # idf="okapi": terms in > half the docs get epsilon * mean idf
     idf: IdfKind = "okapi"
     lowercase: bool = True
-    stopwords: bool = True  # Lucene's 33 English stopwords (see rankers.text)
+    stopwords: bool = True  # Lucene's 33 English stopwords (see rbench_rankers.text)
     index_chunk: int = 8192  # texts fetched per step while indexing (lazy text columns)
 
     def validate(self) -> None:

@@ -41,7 +41,7 @@ Choices written down:
   ``train_steps`` steps of ``train_batch_size // (1 + negatives)`` queries with their pairs. No model selection (the last step is
   used); ``ranker_info["training_budget"]`` records the budget like every trained ranker. The
   fine-tuned model lives for the run only (not cached).
-- Every model that cannot be found offline answers with ``rankers.dense``'s one-line error
+- Every model that cannot be found offline answers with ``rbench_rankers.dense``'s one-line error
   telling how to pass a local folder (``--set model=/path/to/model``).
 """
 
@@ -54,8 +54,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
 
 Activation = Literal["auto", "identity", "sigmoid", "softmax1"]
 
@@ -166,7 +165,7 @@ def sample_training_pairs(task: TaskData, n_queries: int, negatives: int, mode: 
     cand_rows = sub.candidates  # small scenario: each query's own list
     stage1: np.ndarray | None = None
     if mode == "bm25":
-        from rankers.bm25 import BM25Ranker
+        from rbench_rankers.bm25 import BM25Ranker
 
         bm = BM25Ranker()
         bm.index(pool)
@@ -209,7 +208,7 @@ class PairRanker(BaseRanker):
     (query text, candidate text) pair of 1-D shared or 2-D per-query candidates and hands them to
     ``score_pairs``. ``pairwise = True`` tells the harness the ranker scores pair by pair."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     pairwise = True
     transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts
@@ -339,7 +338,7 @@ class CrossEncoderRanker(PairRanker):
             return self._ce
         import torch
 
-        from rankers.dense import _quiet_loading, resolve_model
+        from rbench_rankers.dense import _quiet_loading, resolve_model
 
         cfg = self.cfg
         preset = PRESETS.get(cfg.model.lower())

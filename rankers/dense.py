@@ -1,7 +1,7 @@
 """Dense bi-encoder baselines: Contriever (the paper's general dense baseline) and any encoder.
 
 Both are ``EmbeddingRanker``s: the engine scores ``<query vector, candidate vector>`` on its own
-dense path, and candidate vectors come from the shared on-disk cache (``rbench.embeddings``), so
+dense path, and candidate vectors come from the shared on-disk cache (``rbench.engine.embeddings``), so
 a second run on the same pool encodes only the queries.
 
 Choices the paper leaves open, written down:
@@ -48,9 +48,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries
-from rbench.embeddings import pool_embeddings
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugin import BaseRanker, RBenchError, pool_embeddings
 
 Pooling = Literal["auto", "mean", "cls", "last", "st"]
 

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugins import BaseRanker
+from rbench.plugin import BaseRanker
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 

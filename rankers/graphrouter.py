@@ -2,7 +2,7 @@
 
 The published design (``ulab-uiuc/GraphRouter``, ``model/graph_nn.py``), written here in plain
 torch (no torch-geometric needed; ``EdgeConv`` computes what PyG's ``GeneralConv`` computes with
-the defaults GraphRouter uses, which ``tests/test_routers.py`` checks against PyG when it is
+the defaults GraphRouter uses, which ``tests/rankers/test_routers.py`` checks against PyG when it is
 installed):
 
 - **Nodes.** Query nodes, LLM nodes, and the task as GraphRouter's code realises its task nodes:
@@ -50,7 +50,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rankers.routers import (
+from rbench.api import Pool, Queries, TaskData
+from rbench.plugin import RBenchError
+from rbench_rankers.routers import (
     DEFAULT_MODEL,
     BestEpoch,
     QueryEncodingRouter,
@@ -60,8 +62,6 @@ from rankers.routers import (
     pool_columns,
     valid_measures,
 )
-from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
 
 
 @dataclass

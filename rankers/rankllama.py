@@ -23,7 +23,7 @@ Setup, as its authors release it (``castorini/rankllama-v1-7b-lora-passage``):
   positive and ``negatives`` (15) first-stage hard negatives (BM25 top ``hard_depth``), softmax
   cross-entropy of the positive within its group, AdamW lr 1e-4 with warm-up; the adapter is
   merged afterwards. Without it the released adapter is used as is.
-- Every model that cannot be found offline answers with ``rankers.dense``'s one-line error
+- Every model that cannot be found offline answers with ``rbench_rankers.dense``'s one-line error
   telling how to pass a local folder.
 """
 
@@ -36,9 +36,9 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rankers.cross_encoder import PairRanker, torch_device
 from rbench.api import Pool
-from rbench.errors import RBenchError
+from rbench.plugin import RBenchError
+from rbench_rankers.cross_encoder import PairRanker, torch_device
 
 
 @dataclass
@@ -79,11 +79,11 @@ class RankLlamaOptions:
 
 def _locate(name: str, revision: str = "") -> tuple[Path, str | None, str]:
     """(folder, gguf file or None, source) of a base model or adapter, offline first."""
-    from rankers.dense import resolve_model
+    from rbench_rankers.dense import resolve_model
 
     low = name.lower()
     if low.endswith(".gguf") or low.startswith("smollm2-135m"):
-        from rankers.lranker.model import resolve_model as resolve_gguf
+        from rbench_rankers.lranker.model import resolve_model as resolve_gguf
 
         where, gguf = resolve_gguf(name)
         if not Path(where).exists():
@@ -126,7 +126,7 @@ class RankLlamaRanker(PairRanker):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from rankers.dense import _quiet_loading
+        from rbench_rankers.dense import _quiet_loading
 
         cfg = self.cfg
         t0 = time.perf_counter()

@@ -42,7 +42,7 @@ Choices, written down:
   candidate: a zero vector plus one extra dimension where they get -1 and the query gets
   ``2 * |q| * max|e| + 1``, so their score is below any seen candidate's; ties among them are
   broken pessimistically by the engine. Candidates are matched to training items by id: the
-  exact id (``rbench.pools`` keeps the task's own ids and writes donor items as
+  exact id (``rbench.tasks.pools`` keeps the task's own ids and writes donor items as
   ``<donor task>:<id>``, so donors never match), or else the id without a ``<task name><sep>``
   prefix (sep one of ``:: : / | #``) for pools built elsewhere that prefix every source.
 - **item_text_features=true** (the paper's fairness option: baselines use the same offline text
@@ -91,9 +91,7 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.atomic import atomic_dir, atomic_path, atomic_write_text
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError, atomic_dir, atomic_path, atomic_write_text
 
 DATASET = "rb"
 ID_SEPARATORS = ("::", ":", "/", "|", "#")
@@ -424,7 +422,7 @@ def match_to_fit(pool: Pool, fit_index: dict[str, int], task_name: str) -> np.nd
 class RecBoleRanker(BaseRanker):
     """A RecBole model trained on the task's training split, scored by inner product."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     name = "recbole"
     transfers = False  # learned embeddings of the training pool's item ids
@@ -632,7 +630,7 @@ class RecBoleRanker(BaseRanker):
         t0 = time.perf_counter()
         show = bool(getattr(self.context, "show_progress", True))
         rows, steps = int(train_data.sample_size), int(len(train_data))
-        points: list[dict[str, Any]] = []  # the rbench training curve (see rbench.budget)
+        points: list[dict[str, Any]] = []  # the rbench training curve (see rbench.results.budget)
         train_epoch, valid_epoch = trainer._train_epoch, trainer._valid_epoch
 
         def on_train_epoch(data: Any, epoch_idx: int, *args: Any, **kwargs: Any) -> Any:
@@ -689,7 +687,7 @@ class RecBoleRanker(BaseRanker):
         return meta
 
     def _budget(self, meta: dict[str, Any], train_data: Any, model: Any) -> dict[str, Any]:
-        """The training budget (``rbench.budget``) of a training run described by ``meta``: one
+        """The training budget (``rbench.results.budget``) of a training run described by ``meta``: one
         optimizer step per batch of RecBole's training dataloader, every row once per epoch."""
         rows, steps = int(train_data.sample_size), int(len(train_data))
         epochs = int(meta.get("epochs_run", 0))
@@ -748,7 +746,7 @@ class RecBoleRanker(BaseRanker):
 
     def _fit_text_projection(self, task: TaskData) -> None:
         """Ridge least squares from text embeddings to learned item vectors (training items)."""
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         enc = DenseRanker(DenseOptions(model=self.cfg.text_model), self.context)
         text = np.asarray(enc.encode_pool(task.fit_pool), dtype=np.float64)

@@ -1,6 +1,6 @@
 """Trainable LLM routers for the routing task: RouterKNN (RouterBench) and RouterBERT (RouteLLM).
 
-Both learn from the routing task's training signal (``rbench.tasks.routing.routing_outcomes``:
+Both learn from the routing task's training signal (``rbench.tasks.families.routing.routing_outcomes``:
 each train/valid query's effect and normalised cost for every LLM, its task id and the scenario
 weights); the test split carries none of it, and ``fit`` never reads ``task.test``. Both are
 trained on the train split and selected on the valid split; the test split is only scored.
@@ -9,7 +9,7 @@ Choices the papers leave open, written down:
 
 - **Query text** = ``Queries.texts`` (the raw query, not the LLM prompt template), embedded or
   tokenised as it is. Default encoder: the dense ranker's offline all-MiniLM-L6-v2
-  (``rankers.dense``: the same model resolution, pooling and prompts, never the network).
+  (``rbench_rankers.dense``: the same model resolution, pooling and prompts, never the network).
 - **Scenario**: the objective is the task's ``w_perf * effect - w_cost * cost``
   (``--set task.scenario=balance|performance|cost``), read from the outcomes, so a router always
   optimises what the task's positives are defined by.
@@ -49,8 +49,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -62,7 +61,7 @@ FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool
 
 
 def outcomes_of(queries: Queries) -> Any:
-    from rbench.tasks.routing import routing_outcomes
+    from rbench.plugin import routing_outcomes
 
     return routing_outcomes(queries)
 
@@ -131,18 +130,18 @@ def gather(by_llm: np.ndarray, columns: np.ndarray, candidates: np.ndarray) -> n
 
 def budget(examples: int, epochs: float, steps: int, wall_s: float, negatives: int | str, params: int,
            selection: str) -> dict[str, Any]:
-    """The RunRecord's ``training_budget`` (``rbench.budget``'s keys)."""
+    """The RunRecord's ``training_budget`` (``rbench.results.budget``'s keys)."""
     return {"examples_seen": int(examples), "epochs": round(float(epochs), 3), "optimizer_steps": int(steps),
             "train_wall_s": round(float(wall_s), 1), "negatives_per_example": negatives,
             "trainable_params": int(params), "selection": selection}
 
 
 class TextEncoder:
-    """The dense ranker's encoder (``rankers.dense``: model resolution, pooling, prompts), with
+    """The dense ranker's encoder (``rbench_rankers.dense``: model resolution, pooling, prompts), with
     L2-normalised outputs so that inner products are cosines."""
 
     def __init__(self, model: str, max_length: int, batch_size: int, device: str, context: Any) -> None:
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         self.dense = DenseRanker(DenseOptions(model=model, max_length=max_length, batch_size=batch_size,
                                               device=device), context)
@@ -195,7 +194,7 @@ class QueryEncodingRouter(BaseRanker):
     """Base of the routers that embed query texts: one lazily loaded ``TextEncoder`` built from
     the options ``model``, ``max_length``, ``batch_size`` and ``device``."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
         super().__init__(config, context)
@@ -315,7 +314,7 @@ class RouterClfRanker(BaseRanker):
     """RouterBERT (RouteLLM's BERT classifier): an encoder fine-tuned as an N-way classifier of the
     best LLM; score = logit. The epoch with the best valid MRR is kept."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
 
     name = "router-clf"
     transfers = False  # one class per training-pool LLM
@@ -332,7 +331,7 @@ class RouterClfRanker(BaseRanker):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from rankers.dense import _quiet_loading, model_max_length, preset_model, resolve_model
+        from rbench_rankers.dense import _quiet_loading, model_max_length, preset_model, resolve_model
 
         resolved = resolve_model(preset_model(self.cfg.model))
         _quiet_loading()
@@ -351,7 +350,7 @@ class RouterClfRanker(BaseRanker):
         self.resolved = resolved
 
     def _logits(self, texts: list[str]) -> Any:
-        from rankers.dense import masked_mean
+        from rbench_rankers.dense import masked_mean
 
         batch = self.tok(texts, padding=True, truncation=True, max_length=self.max_length,
                          return_tensors="pt").to(self.device)

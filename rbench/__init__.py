@@ -8,17 +8,17 @@ in ``rbench.public``, whose module level imports nothing heavy, so ``import rben
 
 import os as _os
 
-__version__ = "0.2.0"  # follows releases; what a record's numbers depend on is rbench.protocol
+__version__ = "0.2.0"  # follows releases; what a record's numbers depend on is rbench.core.protocol
 
 # OpenBLAS (numpy's BLAS) keeps its worker threads spinning for ~0.1 s of CPU after every call
-# (2^28 cycles, its default), on the cores that the engine's numba scan (rbench.fused) needs
+# (2^28 cycles, its default), on the cores that the engine's numba scan (rbench.engine.fused) needs
 # right after each GEMM: on 2 cores that cost ~7% of a d = 128 exact evaluation with top-100
 # (benchmarks/engine_scale.py). A short spin (2^4 cycles, then the threads sleep) unless the user
 # chose one; OpenBLAS reads it when it loads, so it applies when rbench is imported before numpy
 # (the CLI always is; elsewhere export OPENBLAS_THREAD_TIMEOUT=4).
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from rbench.public import (  # noqa: E402  (the version first: rbench.results reads it)
+from rbench.public import (  # noqa: E402  (the version first: rbench.results.record reads it)
     evaluate,
     evaluate_many,
     list_rankers,

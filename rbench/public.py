@@ -18,9 +18,9 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rbench.api import TaskData
-    from rbench.leaderboard import Leaderboard
-    from rbench.results import RunRecord
-    from rbench.runner import RunOutcome, RunPlan
+    from rbench.results.leaderboard import Leaderboard
+    from rbench.results.record import RunRecord
+    from rbench.run.runner import RunOutcome, RunPlan
 
 __all__ = ["evaluate", "evaluate_many", "plan_run", "run_outcome", "list_rankers", "list_tasks", "load_results", "load_task", "table"]
 
@@ -47,7 +47,7 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
     option and file is checked here, before any data is loaded. ``options`` may hold
     ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing."""
-    from rbench.runner import RunOptions, make_plan
+    from rbench.run.runner import RunOptions, make_plan
 
     return make_plan(RunOptions(
         ranker=ranker, task=task, variant=variant, sets=_sets(options, task_options), seed=seed,
@@ -59,7 +59,7 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
 
 def run_outcome(ranker: Any, task: Any, *, progress: Progress | None = None, **kwargs: Any) -> RunOutcome:
     """``evaluate`` with the runner's whole outcome (record, path, engine result, skip note)."""
-    from rbench.runner import execute
+    from rbench.run.runner import execute
 
     plan = plan_run(ranker, task, **kwargs)
     outcome = execute(plan, progress) if progress is not None else execute(plan)
@@ -83,7 +83,7 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     task name or a ``load_task(...)`` result's ``spec`` (anything else is refused in one line). A RunRecord is written only when
     ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an
     existing record of the same run is kept (``record.per_query`` is then read from its file)."""
-    from rbench.results import read_per_query
+    from rbench.results.record import read_per_query
 
     out = run_outcome(ranker, task, variant=variant, options=options, task_options=task_options,
                       max_queries=max_queries, seed=seed, results_dir=results_dir, rerank_from=rerank_from,
@@ -127,7 +127,7 @@ def list_tasks() -> list[str]:
 
 def list_rankers() -> list[str]:
     """Installed ranker plugins (entry points of the ``rbench.rankers`` group)."""
-    from rbench.plugins import available_rankers
+    from rbench.engine.plugins import available_rankers
 
     return available_rankers()
 
@@ -144,8 +144,8 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
     import pandas as pd
 
     from rbench.api import SCENARIOS
-    from rbench.errors import RBenchError, unknown
-    from rbench.results import load_records, require_results_dir
+    from rbench.core.errors import RBenchError, unknown
+    from rbench.results.record import load_records, require_results_dir
 
     if scenario is not None and scenario not in SCENARIOS:  # it names a folder under results_dir
         raise unknown("scenario", scenario, SCENARIOS)
@@ -169,10 +169,10 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
 def table(scenario: str, results_dir: str | Path = "results", variant: str | None = None) -> Leaderboard:
     """The leaderboard of one scenario (rows: rankers with their options; columns: tasks), with
     significance marks, floors and budgets; ``.frame()`` gives it as a DataFrame,
-    ``rbench.leaderboard.to_markdown`` / ``to_csv`` render it (what ``rbench table`` writes)."""
-    from rbench import leaderboard
+    ``rbench.results.leaderboard.to_markdown`` / ``to_csv`` render it (what ``rbench table`` writes)."""
     from rbench.api import SCENARIOS
-    from rbench.errors import unknown
+    from rbench.core.errors import unknown
+    from rbench.results import leaderboard
 
     if scenario not in SCENARIOS:
         raise unknown("scenario", scenario, SCENARIOS)

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged
-from rbench.plugins import BaseRanker
+from rbench.engine.plugins import BaseRanker
 
 
 def make_pool(n: int, prefix: str = "d") -> Pool:
@@ -84,7 +84,7 @@ def with_downloads(monkeypatch, name: str, files) -> None:
 
 def cli(capsys, *args) -> tuple[int, str, str]:
     """Run ``rbench ARGS`` in-process: (exit code, stdout, stderr)."""
-    from rbench.cli import main
+    from rbench.cli.app import main
 
     code = main(list(args))
     cap = capsys.readouterr()
@@ -194,7 +194,7 @@ class Server:
 def fused_and_reference(monkeypatch, *args, **kw):
     """``evaluate(*args, **kw)`` through the engine's numpy passes (``RBENCH_FUSED=0``, the
     reference) and through the fused kernels: (reference, fused)."""
-    from rbench.engine import evaluate
+    from rbench.engine.evaluate import evaluate
 
     monkeypatch.setenv("RBENCH_FUSED", "0")
     ref = evaluate(*args, **kw)
@@ -212,7 +212,7 @@ def assert_same_eval(ref, got) -> None:
 def assert_shards_merge(monkeypatch, ranker, queries, pool, ranges, **kw) -> None:
     """Each shard (pool_range) gives the same result fused and through the numpy passes, and the
     shards merge into the whole scan's ranks and top-k."""
-    from rbench.engine import evaluate, merge
+    from rbench.engine.evaluate import evaluate, merge
 
     whole = evaluate(ranker, queries, pool, **kw)
     parts = []

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_readme_tasks import page_blocks
+from tests.tasks.test_readme_tasks import page_blocks
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
@@ -58,7 +58,7 @@ def test_a_generated_task_page_holds_the_registry_facts(site):
 
 
 def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
-    from rbench.plugins import available_rankers, load_ranker_class, ranker_options
+    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
 
     page = site / "rankers" / "bm25" / "index.html"
     text = _text(page)

@@ -12,25 +12,20 @@ from pathlib import Path
 
 import pytest
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    tomllib = pytest.importorskip("tomli")
+
 ROOT = Path(__file__).resolve().parents[1] / "rbench"
 
-# Layers from the bottom up: a module may import modules of its own layer or of lower ones.
-# A new module must be given a layer here; that is the point of listing them.
-LAYERS: list[tuple[str, ...]] = [
-    ("rbench.tasks", "rbench.api", "rbench._gemm_kernel", "rbench._fused_kernel", "rbench.errors", "rbench.paths",
-     "rbench.hashing", "rbench.significance", "rbench.atomic", "rbench.inputs", "rbench.console", "rbench.markdown",
-     "rbench.protocol"),
-    ("rbench.config", "rbench.columns", "rbench.metrics", "rbench.sharded", "rbench.fused"),
-    ("rbench.engine", "rbench.embeddings", "rbench.plugins", "rbench.tasks.family", "rbench.tasks.kit"),
-    ("rbench.tasks.amazon", "rbench.ann", "rbench.distributed", "rbench.runfile"),
-    ("rbench.tasks.recsys", "rbench.tasks.passages", "rbench.tasks.routing", "rbench.tasks.imported",
-     "rbench.store", "rbench.sources", "rbench.pools"),
-    ("rbench.tasks.registry", "rbench.results", "rbench.rerank", "rbench.outputs"),
-    ("rbench.budget", "rbench.runner", "rbench.leaderboard", "rbench.plots", "rbench.cli_data", "rbench.report"),
-    ("rbench.public",),
-    ("rbench.reproduce",),
-    ("rbench.cli", "rbench"),  # the package face re-exports the public API (rbench.public)
-]
+# The layers, from the bottom up, and what the ranker plugins may import: declared once, in
+# pyproject.toml's [tool.rbench.layers] (a module may import modules of its own layer or of lower
+# ones; a new module must be given a layer there; that is the point of listing them).
+_TABLE = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["rbench"]["layers"]
+LAYERS: list[tuple[str, ...]] = [tuple(names) for names in _TABLE["order"]]
+PLUGIN_IMPORTS: frozenset[str] = frozenset(_TABLE["plugins"])
+RANKERS = ROOT.parent / "rankers"
 
 
 def module_files() -> dict[str, Path]:
@@ -116,7 +111,7 @@ def test_the_reader_sees_function_level_imports_and_circles():
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(edges) == [["a", "b", "c"]]
     tree = graph()
-    assert "rbench.store" in tree["rbench.tasks.registry"]  # imported inside load(), still an edge
+    assert "rbench.tasks.store" in tree["rbench.tasks.registry"]  # imported inside load(), still an edge
 
 
 def without_parents(edges: dict[str, set[str]]) -> dict[str, set[str]]:
@@ -141,18 +136,52 @@ def test_every_module_has_a_layer_and_no_import_goes_up():
     assert not upward, "upward imports: " + "; ".join(sorted(upward))
 
 
+PLUGIN_PACKAGES = {"rankers", "rbench_rankers"}  # the folder, and its installed import name
+
+
 def test_the_contract_imports_no_task_module_and_rbench_never_imports_the_plugins():
     edges = graph()
     assert not {m for m in edges["rbench.api"] if m.startswith("rbench.tasks")}
     for path in ROOT.rglob("*.py"):
         for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
-            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "rankers":
+            if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] in PLUGIN_PACKAGES:
                 pytest.fail(f"{path} imports the rankers package (plugins are found by entry points)")
-            if isinstance(node, ast.Import) and any(a.name.split(".")[0] == "rankers" for a in node.names):
+            if isinstance(node, ast.Import) and any(a.name.split(".")[0] in PLUGIN_PACKAGES for a in node.names):
                 pytest.fail(f"{path} imports the rankers package (plugins are found by entry points)")
+
+
+def rbench_imports(path: Path, known: set[str]) -> set[str]:
+    """The rbench modules a file outside rbench/ imports (``from rbench import x`` counts as
+    ``rbench.x`` when x is a module, else as ``rbench``)."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.Import):
+            found |= {a.name for a in node.names if a.name.split(".")[0] == "rbench"}
+        elif isinstance(node, ast.ImportFrom) and not node.level and (node.module or "").split(".")[0] == "rbench":
+            base = node.module or ""
+            found |= {f"{base}.{a.name}" if f"{base}.{a.name}" in known else base for a in node.names}
+    return found
+
+
+def test_the_ranker_plugins_import_only_the_contract_and_the_toolkit():
+    known = set(module_files())
+    assert PLUGIN_IMPORTS <= known, f"[tool.rbench.layers] plugins names no module: {PLUGIN_IMPORTS - known}"
+    files = sorted(RANKERS.rglob("*.py"))
+    assert files, RANKERS
+    wrong = {f"{path.relative_to(RANKERS.parent)}: {', '.join(sorted(bad))}" for path in files
+             if (bad := rbench_imports(path, known) - PLUGIN_IMPORTS)}
+    assert not wrong, ("ranker plugins import only " + ", ".join(sorted(PLUGIN_IMPORTS))
+                       + " (re-export what they need from rbench.plugin): " + "; ".join(sorted(wrong)))
+
+
+def test_the_plugin_check_sees_an_internal_import(tmp_path):
+    known = set(module_files())
+    path = tmp_path / "sneaky.py"
+    path.write_text("def f():\n    from rbench.engine.evaluate import evaluate\n    from rbench import plugin, evaluate\n")
+    assert rbench_imports(path, known) == {"rbench.engine.evaluate", "rbench.plugin", "rbench"}
 
 
 def test_no_task_module_is_found_by_a_string():
-    for path in [*ROOT.glob("tasks/*.py"), ROOT / "store.py", ROOT / "runner.py", ROOT / "pools.py"]:
+    for path in [*ROOT.glob("tasks/**/*.py"), ROOT / "run" / "runner.py"]:
         text = path.read_text(encoding="utf-8")
         assert "import_module" not in text, f"{path}: modules are imported, never looked up by name"

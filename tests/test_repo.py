@@ -37,3 +37,16 @@ def test_no_real_data_or_weights_tracked():
     bad = [f for f in files.splitlines()
            if re.search(r"\.(inter|item|gguf|safetensors)$|collection\.tsv$|router_data\.csv$|qrels\.txt$", f)]
     assert bad == []
+
+
+def test_every_package_folder_is_installed():
+    """pyproject lists its packages (rankers/ installs as rbench_rankers): a new folder must be added."""
+    import tomllib
+
+    setup = tomllib.loads((ROOT / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["setuptools"]
+    folders = {v: k for k, v in setup["package-dir"].items()}
+    found = set()
+    for init in [*(ROOT / "rbench").rglob("__init__.py"), *(ROOT / "rankers").rglob("__init__.py")]:
+        parts = init.parent.relative_to(ROOT).parts
+        found.add(".".join([folders.get(parts[0], parts[0]), *parts[1:]]))
+    assert found == set(setup["packages"])

@@ -209,7 +209,7 @@ def _tasks_index() -> str:
 @lru_cache(maxsize=1)
 def _rankers() -> list[tuple[str, str, str]]:
     """(name, one-line description, page text) for every installed ranker plugin."""
-    from rbench.plugins import available_rankers, load_ranker_class, ranker_options
+    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
 
     pages = []
     for name in available_rankers():
@@ -271,7 +271,7 @@ def _rankers_index() -> str:
 def _cli_page() -> str:
     import typer
 
-    from rbench.cli import app
+    from rbench.cli.app import app
 
     root = typer.main.get_command(app)  # click's objects (typer may vendor click: duck-typed below)
     lines = ["# CLI commands", "",

@@ -40,8 +40,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
-from rbench.config import PresetOptions
-from rbench.errors import RBenchError
+from rbench.plugin import PresetOptions, RBenchError
 
 Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 
@@ -86,7 +85,7 @@ CPU_PRESET: dict[str, Any] = {
 
 @dataclass
 class LRankerConfig(PresetOptions):
-    """Options of ``rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
+    """Options of ``rbench_rankers.lranker`` (``--set key=value``); defaults are the paper's settings."""
 
     PRESETS: ClassVar[dict[str, dict[str, Any]]] = {"cpu": CPU_PRESET}
 

@@ -3,7 +3,7 @@
 ``fit`` trains LoRA + projector on the training split (or loads a matching checkpoint from
 ``<cache>/lranker/<hash>``), then chooses the test-time-scaling width k and depth d on the
 validation split (cached next to the checkpoint). ``encode_pool`` returns the frozen candidate
-embeddings h_c (shared ``rbench.embeddings`` cache); ``encode_queries`` returns, per query, the
+embeddings h_c (shared ``rbench.engine.embeddings`` cache); ``encode_queries`` returns, per query, the
 mean of E^(0..d) (see ``scaling.py``), which the engine scores by inner product.
 
 Module layout: ``config`` (options), ``aggregation`` (K-means and alternatives), ``model`` (backbone,
@@ -25,9 +25,7 @@ from typing import Any
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.config import config_hash
-from rbench.errors import RBenchError
-from rbench.plugins import BaseRanker
+from rbench.plugin import BaseRanker, RBenchError, config_hash
 
 from .config import LRankerConfig
 
@@ -66,7 +64,7 @@ def _digest(*arrays: Any) -> str:
 
 def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
     """An engine scorer for precomputed query vectors ``Q`` (rows aligned with ``queries``)."""
-    from rbench.engine import vector_scorer
+    from rbench.plugin import vector_scorer
 
     return vector_scorer(vectors, Q, queries, "lranker")
 
@@ -150,7 +148,7 @@ class LRankerRanker(BaseRanker):
                                     lambda texts: model.candidate_embeddings(texts, adapted=True))
 
     def _cached_vectors(self, pool: Pool, which: dict[str, Any], encode_raw: Any) -> np.ndarray:
-        from rbench.embeddings import pool_embeddings
+        from rbench.plugin import pool_embeddings
 
         from .model import model_fingerprint
 
@@ -281,8 +279,7 @@ class LRankerRanker(BaseRanker):
     def _validator(self, task: TaskData) -> Any:
         """Validation MRR of direct ranking (E^(0)) with the model as it is now: the pool's h_c
         re-encoded in memory, ``valid_max_queries`` seeded validation queries."""
-        from rbench.engine import evaluate
-        from rbench.metrics import MEASURES, aggregate, per_query
+        from rbench.plugin import MEASURES, aggregate, evaluate, per_query
 
         valid = task.valid
         if valid is None or len(valid) == 0:
@@ -318,7 +315,7 @@ class LRankerRanker(BaseRanker):
         return factory
 
     def _save(self, ckpt: Path, model: Any, report: Any, task: TaskData) -> None:
-        from rbench.atomic import atomic_dir
+        from rbench.plugin import atomic_dir
 
         # the same key means the same checkpoint: a writer that finishes second keeps the first one's
         with atomic_dir(ckpt, replace=False) as tmp:
@@ -500,7 +497,7 @@ class LRankerRanker(BaseRanker):
         else:
             sel = self.select(task, valid, widths, depths)
             if cache.parent.exists():
-                from rbench.atomic import atomic_write_text
+                from rbench.plugin import atomic_write_text
 
                 atomic_write_text(cache, json.dumps(sel, indent=1))
         self.width, self.depth = int(sel["width"]), int(sel["depth"])
@@ -509,8 +506,7 @@ class LRankerRanker(BaseRanker):
     def select(self, task: TaskData, valid: Queries, widths: list[int], depths: list[int]) -> dict[str, Any]:
         """Width/depth on ``valid`` by per-query ``select_metric``: the cheapest setting unless a
         costlier one is significantly better (``scaling.select_width_depth``)."""
-        from rbench.engine import evaluate
-        from rbench.metrics import MEASURES, per_query
+        from rbench.plugin import MEASURES, evaluate, per_query
 
         from .prefix import sessions_for
         from .scaling import select_width_depth

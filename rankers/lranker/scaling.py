@@ -187,7 +187,7 @@ def cost(width: int, depth: int) -> int:
 def paired(a: np.ndarray, b: np.ndarray, n_resamples: int = 10000, seed: int = 0) -> dict[str, float]:
     """Mean of the per-query differences a - b, its standard error and the two-sided paired
     randomization p-value."""
-    from rbench.significance import paired_randomization
+    from rbench.plugin import paired_randomization
 
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)
     n = len(d)

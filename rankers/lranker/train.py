@@ -40,7 +40,7 @@ Choices the paper leaves open, made here:
   seeded by (seed, epoch, step, rank), so results do not depend on the number of workers.
 - A batch of one query is merged into the previous batch (BatchNorm needs two rows).
 - Several GPUs (data parallel, ``torch.distributed`` initialised by ``rbench run`` when it runs
-  under ``torchrun`` or ``accelerate launch``, see ``rbench.runner``): every rank draws the same
+  under ``torchrun`` or ``accelerate launch``, see ``rbench.run.runner``): every rank draws the same
   epoch permutation, takes its stride of it (``rows[rank::world]``, equal lengths), samples its
   own negatives, and gradients
   are averaged over ranks after each backward pass (what DDP does, without wrapping the model, so

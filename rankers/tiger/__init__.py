@@ -1,5 +1,5 @@
 """TIGER: semantic IDs (quantiser.py), a T5 over them (model.py, train.py), the ranker (ranker.py)."""
 
-from rankers.tiger.ranker import CPU_PRESET, TigerOptions, TigerRanker
+from rbench_rankers.tiger.ranker import CPU_PRESET, TigerOptions, TigerRanker
 
 __all__ = ["CPU_PRESET", "TigerOptions", "TigerRanker"]

@@ -17,7 +17,7 @@ once per query, never copied per node. Each node runs once: ~1 + 256 + 2N decode
 query instead of 4N for candidate-by-candidate teacher forcing (the test checks both agree).
 The decoder step is written here from the T5 modules' own sub-layers (layer norms, projections,
 relative-position bias, feed-forward), because transformers' cache API has no "per-row parent"
-expansion; ``tests/test_tiger.py`` compares it with the HF forward pass.
+expansion; ``tests/rankers/test_tiger.py`` compares it with the HF forward pass.
 
 **Beam mode** (pools above ``exact_max_items``): only the ``beam_size`` best prefixes of each
 level are expanded; items whose full ID was reached are scored exactly and ranked first; every

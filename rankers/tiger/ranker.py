@@ -57,10 +57,14 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.atomic import atomic_path, atomic_write_text
-from rbench.config import PresetOptions
-from rbench.errors import RBenchError
-from rbench.plugins import FLOAT32_KERNELS, BaseRanker
+from rbench.plugin import (
+    FLOAT32_KERNELS,
+    BaseRanker,
+    PresetOptions,
+    RBenchError,
+    atomic_path,
+    atomic_write_text,
+)
 
 # Two CPU cores, ml-100k in about 20 minutes (see the module docstring and README).
 CPU_PRESET: dict[str, Any] = {
@@ -140,7 +144,7 @@ def _sha(*parts: Any) -> str:
 class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
     # a per-query list is decoded through a code tree of that list's items (and beam mode, above
     # exact_max_items, prunes by the others), so a candidate's score may depend on the others in
     # the call: the engine scores each query's whole list in one call
@@ -197,13 +201,13 @@ class TigerRanker(BaseRanker):
 
     def embeddings(self, pool: Pool) -> np.ndarray:
         """The pool's item text embeddings (the dense ranker's encoder and on-disk cache)."""
-        from rankers.dense import DenseOptions, DenseRanker
+        from rbench_rankers.dense import DenseOptions, DenseRanker
 
         enc = DenseRanker(DenseOptions(model=self.cfg.text_model), self.context)
         return np.asarray(enc.encode_pool(pool), dtype=np.float32)
 
     def _semantic_ids(self, emb: np.ndarray) -> Any:
-        from rankers.tiger import quantiser
+        from rbench_rankers.tiger import quantiser
 
         c = self.cfg
         opts = {"method": c.quantiser, "levels": c.levels, "size": c.codebook_size, "seed": self.seed,
@@ -226,7 +230,7 @@ class TigerRanker(BaseRanker):
         return sids
 
     def _build_model(self) -> Any:
-        from rankers.tiger.model import build_t5
+        from rbench_rankers.tiger.model import build_t5
 
         c = self.cfg
         return build_t5(self.vocab, c.d_model, c.d_ff, c.num_layers, c.num_decoder_layers, c.num_heads, c.d_kv,
@@ -237,8 +241,8 @@ class TigerRanker(BaseRanker):
     def fit(self, task: TaskData) -> None:
         import torch
 
-        from rankers.tiger.model import TreeScorer, Vocab
-        from rankers.tiger.train import build_examples, newest_windows, train
+        from rbench_rankers.tiger.model import TreeScorer, Vocab
+        from rbench_rankers.tiger.train import build_examples, newest_windows, train
 
         t_fit = time.perf_counter()
         c = self.cfg
@@ -329,7 +333,7 @@ class TigerRanker(BaseRanker):
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, default=str))
 
     def _valid_mrr(self, valid: Queries, pool: Pool) -> float:
-        from rbench.engine import evaluate, ranker_scorer
+        from rbench.plugin import evaluate, ranker_scorer
 
         self._set_pool(pool, self._fit_tokens)
         res = evaluate(self, valid, pool, scorer=ranker_scorer(self), topk=0)
@@ -341,7 +345,7 @@ class TigerRanker(BaseRanker):
     # ---------------------------------------------------------------------------- pool
 
     def _set_pool(self, pool: Pool, tokens: np.ndarray) -> None:
-        from rankers.tiger.model import Trie
+        from rbench_rankers.tiger.model import Trie
 
         if self._pool is pool and self._tokens is tokens:
             return
@@ -363,7 +367,7 @@ class TigerRanker(BaseRanker):
             self._set_pool(pool, self._fit_tokens)
             self.info.update({"pool_candidates": len(pool), "unseen_candidates": 0})
             return
-        from rankers.recbole import match_to_fit
+        from rbench_rankers.recbole import match_to_fit
 
         fit_index = {str(i): k for k, i in enumerate(self._fit_pool.ids)}
         pos = match_to_fit(pool, fit_index, getattr(self, "_task_name", ""))
@@ -385,7 +389,7 @@ class TigerRanker(BaseRanker):
     def _encode(self, queries: Queries) -> tuple[Any, Any]:
         import torch
 
-        from rankers.tiger.model import encoder_inputs
+        from rbench_rankers.tiger.model import encoder_inputs
 
         if queries.history is None:
             raise RBenchError("tiger needs Queries.history (a recommendation task)")
@@ -412,7 +416,7 @@ class TigerRanker(BaseRanker):
         return out
 
     def _score_batch(self, queries: Queries) -> Any:
-        from rankers.tiger.model import Trie
+        from rbench_rankers.tiger.model import Trie
 
         if queries.candidates is None:  # a shared pool: every item, once per batch
             if self._trie is None:

@@ -45,7 +45,7 @@ def newest_windows(q: Queries, per_user: int) -> np.ndarray:
 
 
 def build_examples(q: Queries, rows: np.ndarray, item_tokens: np.ndarray, vocab: Any, max_history: int) -> Examples:
-    from rankers.tiger.model import encoder_inputs
+    from rbench_rankers.tiger.model import encoder_inputs
 
     hists, users, labels = [], [], []
     for i in rows.tolist():

@@ -13,10 +13,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rbench import paths
 from rbench.api import TaskData, TaskSpec
-from rbench.config import build_config
-from rbench.errors import RBenchError
+from rbench.core import paths
+from rbench.core.config import build_config
+from rbench.core.errors import RBenchError
 
 
 class TaskFamily:
@@ -25,7 +25,7 @@ class TaskFamily:
 
     name: str = ""
     doc: str = ""  # the family's protocol notes (``rbench tasks --json`` shows them)
-    cached: bool = True  # loaded data is prepared once and memory-mapped afterwards (rbench.store)
+    cached: bool = True  # loaded data is prepared once and memory-mapped afterwards (rbench.tasks.store)
     links_from: bool = True  # ``rbench data prepare TASK --from DIR`` links DIR into raw_dir(task)
 
     def specs(self) -> tuple[TaskSpec, ...]:

@@ -38,11 +38,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rbench import paths
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged, TaskData, TaskSpec
-from rbench.columns import take_texts
-from rbench.errors import DataError, RBenchError, did_you_mean
-from rbench.inputs import iter_capped_lines, open_regular, parse_json
+from rbench.core import paths
+from rbench.core.errors import DataError, RBenchError, did_you_mean
+from rbench.core.inputs import iter_capped_lines, open_regular, parse_json
+from rbench.tasks.columns import take_texts
 
 SPLIT_NAMES = ("train", "valid", "test")
 MIN_SPLIT_QUERIES = 5  # smallest n for which round(n/10) >= 1: a non-empty valid and test split
@@ -52,7 +52,7 @@ PoolOrder = Literal["hashed", "given"]
 
 
 def parse_json_object(line: str, path: Path, lineno: int) -> dict[str, Any]:
-    """One JSON-lines record, or a DataError naming the file and line (``rbench.inputs``: within
+    """One JSON-lines record, or a DataError naming the file and line (``rbench.core.inputs``: within
     its depth and digit limits)."""
     obj = parse_json(line, path, lineno)
     if not isinstance(obj, dict):
@@ -240,7 +240,7 @@ def iter_lines(path: Path, strict: bool = True) -> Iterator[tuple[int, str]]:
     """(line number, line without its end) of a plain or gzip text file. A corrupt or truncated
     gzip stream and, when ``strict``, bytes that are not UTF-8 are DataErrors naming the file and
     line (and the column): never a bare zlib error, never text silently replaced by U+FFFD. Only
-    a regular file is read, a line at most ``rbench.inputs.MAX_LINE_BYTES`` long (a FIFO or a
+    a regular file is read, a line at most ``rbench.core.inputs.MAX_LINE_BYTES`` long (a FIFO or a
     link to /dev/zero is refused, not waited on or read without end)."""
     lineno = 0
     try:

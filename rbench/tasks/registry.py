@@ -13,12 +13,12 @@ import dataclasses
 from collections.abc import Callable
 from typing import Any
 
-from rbench import paths
 from rbench.api import Pool, TaskData, TaskSpec
-from rbench.errors import RBenchError, unknown
-from rbench.sources import DataSource, read_provenance
-from rbench.tasks import imported, passages, recsys, routing
+from rbench.core import paths
+from rbench.core.errors import RBenchError, unknown
+from rbench.tasks.families import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
+from rbench.tasks.sources import DataSource, read_provenance
 
 FAMILIES: tuple[TaskFamily, ...] = (recsys.EMBEDDED, recsys.FAMILY, routing.FAMILY, passages.MSMARCO,
                                     passages.ESCI)
@@ -105,7 +105,7 @@ def task_options(task: str | TaskSpec | Task, overrides: dict[str, Any] | None) 
 
 
 def load(task: Task, options: Any, seed: int = 0) -> TaskData:
-    """Load a resolved task with its typed options (original pool; variants: ``rbench.pools``)."""
+    """Load a resolved task with its typed options (original pool; variants: ``rbench.tasks.pools``)."""
     present, detail = task.status()
     if not present:
         raise RBenchError(f"task {task.name!r}: data {detail}" if detail.startswith("not present")
@@ -113,7 +113,7 @@ def load(task: Task, options: Any, seed: int = 0) -> TaskData:
     if not task.family.cached:  # ships inside an installed package and loads in ~0.5 s
         data = task.family.load(task.spec, options, seed)
     else:
-        from rbench import store  # prepared once, memory-mapped afterwards
+        from rbench.tasks import store  # prepared once, memory-mapped afterwards
 
         data = store.load_cached(task, options, seed)
     return dataclasses.replace(data, info={**data.info, "data_source": data_source(task).as_info()})
@@ -121,7 +121,7 @@ def load(task: Task, options: Any, seed: int = 0) -> TaskData:
 
 def data_source(task: Task) -> DataSource:
     """What the task was built from: its declared source for data a package ships or an import
-    holds (nothing to link), else what the raw folder's provenance note says (``rbench.sources``)."""
+    holds (nothing to link), else what the raw folder's provenance note says (``rbench.tasks.sources``)."""
     if task.spec.embedded or not task.family.links_from:
         return DataSource(task.spec.sources[0].name if task.spec.sources else task.name, own=True,
                           how="imported" if task.family.name == "imported" else "ships with a package")

@@ -1,0 +1,106 @@
+"""The evaluation protocol: one version number for everything that turns scores into a record.
+
+A RunRecord's numbers depend on the ranker (its name, version, config and source digest, all in
+the record) and on rbench's own code that builds the task, scores the pool, breaks ties and
+computes the measures. ``rbench.__version__`` follows releases; it says nothing about whether two
+records were computed the same way. ``PROTOCOL_VERSION`` does: it is stored in every record
+(``RunRecord.protocol``), ``--overwrite only-missing`` reuses a record only under the same
+protocol, and ``rbench table`` marks (and leaves out of its comparisons) rows computed under
+another one. Records written before the protocol existed read as protocol 0.
+
+Why a stored digest: a version number that a developer must remember to bump goes stale (the
+0.1.0 of 141 commits did). ``PROTOCOL_CODE`` lists the code the numbers depend on;
+``code_digest()`` hashes it with comments and docstrings removed (the AST), and
+``tests/core/test_protocol.py`` fails when the digest is not one ``KNOWN_DIGESTS`` lists for the
+current version. A change that moves numbers bumps ``PROTOCOL_VERSION`` (the committed records
+are then regenerated); a change that provably moves none (a rename, a refactor with the suite and
+``benchmarks/`` unchanged) adds its digest to the current version's tuple, in the same commit,
+where a reviewer sees it. ``python -m rbench.core.protocol`` prints the digest.
+
+The AST dump differs between Python minor versions, so digests are kept per minor version
+(``DIGEST_PYTHON``); the test runs on that one.
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import importlib.util
+from pathlib import Path
+
+PROTOCOL_VERSION = 1
+
+# module, or module:function, or package (its own *.py, not its subpackages) — the code a record's
+# numbers depend on: task building (api, the task layer and its families, text columns), pool
+# variants and the test sample, scoring and its kernels, ties and measures, the exported run file
+# and two-stage reranking. Not the task store (a cache keyed on this code) or the downloads.
+PROTOCOL_CODE: tuple[str, ...] = (
+    "rbench.api", "rbench.tasks.columns", "rbench.tasks.family", "rbench.tasks.kit", "rbench.tasks.registry",
+    "rbench.tasks.families", "rbench.tasks.pools",
+    "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
+    "rbench.engine.evaluate", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
+    "rbench.engine.sharded", "rbench.engine.metrics", "rbench.engine.runfile", "rbench.engine.rerank",
+)
+
+DIGEST_PYTHON = "3.11"
+KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
+    1: ("bb31a7b0eda6c6473e173c4818ec743c93c9c4c17d942bee4ef361c467bfaaff",
+        # rerank reads a stage-1 run file only if it is a regular file; imports clear stale
+        # temporaries: no number moves
+        "c0899181783d0bc02d510935b415398c9b342132cd415dca251c7697ae83f452",
+        # imports refuse lone surrogates and splits that leave no train or test query: what
+        # loads is what loaded before
+        "bce542e6a3e41d725f972f2710e5fe857b7a6fe26fc82fc29e279d743f6e9aa0",
+        # package layout (issue 30): modules moved into rbench/{core,tasks,engine,results,run,cli},
+        # PROTOCOL_CODE names them one by one: no number moves
+        "a198035b75bda748538cfe9bf1a68d15e9a864d51fb46fa1fdd1e9caa3df51bd",
+        # both of the above merged
+        "a50e13d30a20495a782a5de109c2e6251b858d9543ad769edb782d6112188592"),
+}
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _files(module: str) -> list[Path]:
+    """The source files of a module, or of every module of a package (found without importing it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(module)
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations:
+        return sorted(origin.parent.glob("*.py"))
+    return [origin]
+
+
+def _function(tree: ast.Module, name: str, where: str) -> ast.AST:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+    raise LookupError(f"{where} has no top-level {name!r} (rbench.core.protocol.PROTOCOL_CODE names it)")
+
+
+def code_digest() -> str:
+    """sha256 over the AST (docstrings removed) of every entry of ``PROTOCOL_CODE``."""
+    h = hashlib.sha256()
+    for entry in PROTOCOL_CODE:
+        module, _, func = entry.partition(":")
+        for path in _files(module):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            node = _function(tree, func, module) if func else tree
+            h.update(f"{entry}/{path.name}\n".encode())
+            h.update(ast.dump(_without_docstrings(node)).encode())
+    return h.hexdigest()
+
+
+if __name__ == "__main__":
+    import sys
+
+    print(f"protocol {PROTOCOL_VERSION}, Python {sys.version_info[0]}.{sys.version_info[1]}: {code_digest()}")

@@ -1,0 +1,849 @@
+"""The evaluation engine: streams query batches x candidate chunks through a ranker.
+
+Memory stays bounded by ``batch_size x chunk_size`` scores, never queries x pool: for each query
+batch the engine first obtains the positives' scores, then walks the pool (or the per-query
+candidate lists) chunk by chunk, counting for every positive how many candidates score higher
+and how many tie, and, when asked (``topk`` > 0), keeping a running top-k (``_RunningTopK``:
+about one comparison pass per chunk; ``topk=0`` costs nothing). The positives' final positions
+follow the pessimistic tie rule of ``rbench.engine.metrics.TIE_RULE``.
+
+One code path serves both scenarios: a shared pool is a candidate matrix whose rows are all the
+same chunk of pool indices; a small-scenario task gives every query its own row.
+
+Rankers that implement ``encode_pool``/``encode_queries`` (``EmbeddingRanker``) are scored here
+by a GEMM over candidate chunks; all others through their own ``score``.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+
+from rbench.api import MAX_GRADE, Pool, Queries, Ragged
+from rbench.core.errors import DataError, RankerOutputError, RBenchError
+from rbench.engine import fused
+
+Scorer = Callable[[Queries, np.ndarray], np.ndarray]
+
+
+@dataclass
+class EvalResult:
+    """What one evaluation produced: positives' ranks (aligned with ``queries.positives``),
+    the running top-k, the number of ranked candidates per query, and timings."""
+
+    ranks: Ragged
+    topk_index: np.ndarray  # (n_queries, k) pool indices, -1 where fewer candidates
+    topk_score: np.ndarray
+    n_ranked: np.ndarray  # candidates actually ranked per query (after exclusions)
+    timings: dict[str, float] = field(default_factory=dict)
+    # per positive (aligned with ranks.values): non-positive candidates scoring higher / equal,
+    # and positives placed before it; ranks = 1 + higher + equal + pos_before. Kept so that
+    # results over disjoint pool shards merge exactly (``merge``).
+    higher: np.ndarray | None = None
+    equal: np.ndarray | None = None
+    pos_before: np.ndarray | None = None
+
+
+def is_embedding_ranker(ranker: Any) -> bool:
+    return callable(getattr(ranker, "encode_pool", None)) and callable(getattr(ranker, "encode_queries", None))
+
+
+def _topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k column positions and scores per row, sorted descending (ties: lower column first)."""
+    idx, vals = _topk_unsorted(scores, k)
+    return _sort_topk(idx, vals)
+
+
+def _topk_unsorted(scores: np.ndarray, k: int, keys: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """Top-k column positions and scores per row, in no particular order (the engine sorts once,
+    at the end, instead of after every chunk).
+
+    Which of several candidates tied at the k-th score make the cut is decided, not left to the
+    selection algorithm: the lowest ``keys`` (pool indices; default the column) win, so a scan
+    split into shards keeps exactly the single scan's top-k. One extra element is selected to see
+    whether a row has such a tie; only those rows (rare) are resolved by a full pass."""
+    n_rows, n_cols = scores.shape
+    k = min(k, n_cols)
+    if k <= 0:
+        return np.zeros((n_rows, 0), np.int64), np.zeros((n_rows, 0), scores.dtype)
+    if k == n_cols:
+        idx = np.broadcast_to(np.arange(n_cols), scores.shape).copy()
+        return idx, scores.copy()
+    torch = sys.modules.get("torch")  # use torch's multi-threaded topk only when already loaded
+    # (its per-call cost only pays off on many rows: the engine's row blocks are small)
+    if torch is not None and n_rows >= 256 and n_cols > 4 * k and scores.dtype in (np.float32, np.float64):
+        vals, idx = torch.topk(torch.from_numpy(np.ascontiguousarray(scores)), k + 1, dim=1, sorted=False)
+        idx, vals = idx.numpy().astype(np.int64, copy=False), vals.numpy()
+    else:
+        idx = np.argpartition(-scores, k, axis=1)[:, : k + 1]
+        vals = np.take_along_axis(scores, idx, axis=1)
+    rows = np.arange(n_rows)
+    drop = np.argmin(vals, axis=1)  # the (k+1)-th best
+    keep = np.ones(vals.shape, dtype=bool)
+    keep[rows, drop] = False
+    dropped = vals[rows, drop]
+    idx, vals = idx[keep].reshape(n_rows, k), vals[keep].reshape(n_rows, k)
+    for r in np.flatnonzero(dropped == vals.min(axis=1)):  # a tie straddles the cut
+        row, t = scores[r], dropped[r]
+        above = np.flatnonzero(row > t)
+        tied = np.flatnonzero(row == t)
+        key = tied if keys is None else (keys if keys.ndim == 1 else keys[r])[tied]
+        chosen = np.concatenate([above, tied[np.argsort(key, kind="stable")[: k - len(above)]]])
+        idx[r], vals[r] = chosen, row[chosen]
+    return idx, vals
+
+
+def _sort_topk(idx: np.ndarray, vals: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Order rows by descending score; ties by lower index (-1 padding last)."""
+    order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -vals), axis=1)
+    return np.take_along_axis(idx, order, axis=1), np.take_along_axis(vals, order, axis=1)
+
+
+def _sparse_nonzero(mask: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """``np.nonzero`` of a sparse, C-contiguous 2-D bool matrix, about 8x faster: the bytes are
+    scanned eight at a time (as uint64 words) and only the non-zero words are expanded."""
+    n_rows, n_cols = mask.shape
+    if n_cols % 8 or not mask.flags.c_contiguous:
+        return np.nonzero(mask)
+    flat = mask.reshape(-1)
+    words = np.flatnonzero(flat.view(np.uint64))
+    if not len(words):
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    pos = (words[:, None] * 8 + np.arange(8))
+    pos = pos[flat[pos]]
+    return pos // n_cols, pos % n_cols
+
+
+class _RunningTopK:
+    """The running top-k of one query batch over its candidate chunks (unsorted until the end).
+
+    Once every row holds k candidates, a chunk is first compared with each row's k-th best score
+    so far and only the candidates that can still enter are merged: on a shared pool chunks come
+    in ascending pool index, so a candidate tied with the k-th best never enters (the lower index
+    wins, as in one selection over everything); on per-query lists ties are kept and resolved by
+    pool index. A scan then costs about one comparison pass per chunk after the first, instead of
+    a selection over every candidate. ``k == 0`` keeps nothing and costs nothing."""
+
+    def __init__(self, k: int) -> None:
+        self.k = k
+        self.idx: np.ndarray | None = None  # (B, <=k) pool indices
+        self.val: np.ndarray | None = None
+        self._buf: np.ndarray | None = None
+
+    def add(self, s: np.ndarray, cand: np.ndarray) -> None:
+        if self.k <= 0:
+            return
+        if self.idx is None or self.idx.shape[1] < self.k:
+            head = max(4096, 16 * self.k)
+            if self.idx is None and s.shape[1] > 2 * head and s.shape[0] < 256:  # (torch.topk: many rows)
+                # a wide first chunk: select among its first columns, then filter the rest against
+                # that k-th best (a comparison pass) instead of selecting over every column
+                self._select(s[:, :head], cand[..., :head])
+                self.add(s[:, head:], cand[..., head:])
+            else:
+                self._select(s, cand)
+            return
+        kth = self.val.min(axis=1)[:, None]
+        if self._buf is None or self._buf.shape != s.shape:
+            self._buf = np.empty(s.shape, dtype=bool)
+        hit = (np.greater if cand.ndim == 1 else np.greater_equal)(s, kth, out=self._buf)  # C-contiguous
+        n_hit = int(np.count_nonzero(hit))
+        if n_hit == 0:
+            return
+        if n_hit > s.size // 16:  # most candidates still compete (e.g. scores rising with the index)
+            self._select(s, cand)
+            return
+        rows, cols = _sparse_nonzero(hit)  # grouped by row
+        counts = np.bincount(rows, minlength=s.shape[0])
+        starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
+        slot = np.arange(len(rows)) - starts[rows]
+        width = int(counts.max())
+        new_i = np.full((s.shape[0], width), -1, dtype=np.int64)
+        new_v = np.full((s.shape[0], width), -np.inf, dtype=self.val.dtype)
+        new_i[rows, slot] = cand[cols] if cand.ndim == 1 else cand[rows, cols]
+        new_v[rows, slot] = s[rows, cols]
+        t = np.flatnonzero(counts)
+        self.idx[t], self.val[t] = self._merged(self.idx[t], self.val[t], new_i[t], new_v[t])
+
+    def _select(self, s: np.ndarray, cand: np.ndarray) -> None:
+        ci, cv = _topk_unsorted(s, self.k, keys=None if cand.ndim == 1 else cand)
+        gi = cand[ci] if cand.ndim == 1 else np.take_along_axis(cand, ci, axis=1)
+        if self.idx is None:
+            self.idx, self.val = gi, cv
+        else:
+            self.idx, self.val = self._merged(self.idx, self.val, gi, cv)
+
+    def _merged(self, idx: np.ndarray, val: np.ndarray, gi: np.ndarray,
+                gv: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        merged_i = np.concatenate([idx, gi], axis=1)
+        mi, mv = _topk_unsorted(np.concatenate([val, gv.astype(val.dtype, copy=False)], axis=1), self.k,
+                                keys=merged_i)
+        return np.take_along_axis(merged_i, mi, axis=1), mv
+
+
+def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray | None = None) -> np.ndarray:
+    """Per row, how many scores are > (or ==) the row's threshold (NaN never counts).
+    (count_nonzero over a bool matrix is several times faster than sum, and than torch's; ``out``
+    is a reused bool buffer: fresh pages cost more than the comparison on these machines.)"""
+    if out is None or out.shape != scores.shape:
+        out = np.empty(scores.shape, dtype=bool)
+    (np.greater if op == ">" else np.equal)(scores, thresholds, out=out)
+    return np.count_nonzero(out, axis=1)
+
+
+_PACKED_BYTES = 1 << 29  # a pool packed this small keeps its packed chunks across query batches (own GEMM)
+_TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
+
+
+def _count_block(s: np.ndarray, spc: np.ndarray, higher: np.ndarray, equal: np.ndarray, n_pos: int,
+                 bufs: dict[tuple[int, int], np.ndarray]) -> None:
+    """Add to ``higher``/``equal`` (views) how many of each row's scores are >/== each positive's
+    score (masked positives are NaN: they never count)."""
+    C = s.shape[1]
+    if n_pos <= 8:
+        buf = bufs.get(s.shape)
+        if buf is None:
+            buf = bufs[s.shape] = np.empty(s.shape, dtype=bool)
+        for j in range(n_pos):
+            t = spc[:, j : j + 1]
+            higher[:, j] += _count(s, t, ">", buf)
+            equal[:, j] += _count(s, t, "==", buf)
+    else:  # many graded positives: sort once, binary-search each positive
+        srt = np.sort(np.where(np.isnan(s), -np.inf, s), axis=1)
+        for i in range(s.shape[0]):
+            lo = np.searchsorted(srt[i], spc[i], side="left")
+            hi = np.searchsorted(srt[i], spc[i], side="right")
+            higher[i] += C - hi
+            equal[i] += hi - lo
+
+
+def _exclusions_in(excl: Ragged | None, a: int, n_cols: int) -> tuple[np.ndarray, np.ndarray]:
+    """The batch's exclusions inside the shared-pool chunk of pool indices a .. a+n_cols-1, as
+    (rows, chunk columns), rows ascending."""
+    if excl is None or not len(excl.values):
+        return np.zeros(0, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
+    inside = (ev >= a) & (ev < a + n_cols)
+    return er[inside], ev[inside] - a
+
+
+def _contiguous(cand: np.ndarray) -> bool:
+    """Whether the pool indices cand are one ascending run (its rows are then a view of the pool)."""
+    return bool(len(cand) and cand[-1] - cand[0] + 1 == len(cand))
+
+
+def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
+    if scores.shape != shape:
+        raise RankerOutputError(f"ranker {ranker_name!r} returned scores of shape {scores.shape}, expected {shape}")
+    return scores
+
+
+def _check(scores: Any, shape: tuple[int, int], ranker_name: str, queries: Queries) -> np.ndarray:
+    # a torch tensor (on a GPU, or one that requires grad) is read through detach/cpu/numpy,
+    # without importing torch here; a list or anything else numpy converts is taken as it is
+    if all(callable(getattr(scores, m, None)) for m in ("detach", "cpu", "numpy")):
+        scores = scores.detach().cpu().numpy()
+    try:
+        arr = np.asarray(scores)
+    except (TypeError, ValueError) as exc:  # ragged lists and the like
+        raise RankerOutputError(f"ranker {ranker_name!r} returned scores numpy cannot read as an array "
+                                f"({type(scores).__name__}: {exc}); expected a {shape} array") from exc
+    if arr.shape != shape:
+        raise RankerOutputError(
+            f"ranker {ranker_name!r} returned scores of shape {arr.shape}, expected {shape} "
+            f"(n_queries, n_candidates)"
+        )
+    if not np.issubdtype(arr.dtype, np.number):
+        raise RankerOutputError(f"ranker {ranker_name!r} returned non-numeric scores ({arr.dtype})")
+    if arr.dtype not in (np.float32, np.float64):
+        arr = arr.astype(np.float64)
+    finite = np.isfinite(arr)
+    if not finite.all():
+        row = int(np.flatnonzero(~finite.all(axis=1))[0])
+        bad = arr[row][~finite[row]][0]
+        raise RankerOutputError(
+            f"ranker {ranker_name!r} returned a non-finite score ({bad}) for query {queries.ids[row]!r}"
+        )
+    return arr
+
+
+def _pad(r: Ragged, fill: float | int, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
+    """Ragged -> dense (n, max_len) + validity mask."""
+    n, width = len(r), int(r.lengths().max()) if len(r) else 0
+    if n and width and len(r.values) == n * width:  # rows all as long: a reshape
+        return r.values.astype(dtype).reshape(n, width), np.ones((n, width), dtype=bool)
+    out = np.full((n, max(width, 1)), fill, dtype=dtype)
+    mask = np.zeros((n, max(width, 1)), dtype=bool)
+    cols = np.arange(len(r.values)) - np.repeat(r.offsets[:-1], r.lengths())
+    out[r.row_ids(), cols] = r.values
+    mask[r.row_ids(), cols] = True
+    return out, mask
+
+
+def validate_queries(queries: Queries, pool: Pool, require_positive: bool = True) -> None:
+    """Positives must be unique pool indices, present in their candidate list if there is one."""
+    n = len(pool)
+    lengths = queries.positives.lengths()
+    if require_positive and (lengths == 0).any():
+        qid = queries.ids[int(np.flatnonzero(lengths == 0)[0])]
+        raise DataError(f"query {qid!r} has no positive (every evaluated query needs one)")
+    vals = queries.positives.values
+    if len(vals) and (vals.min() < 0 or vals.max() >= n):
+        raise DataError(f"a positive index is outside the pool of {n} candidates")
+    grades = queries.grades.values
+    if len(grades) and not (np.isfinite(grades).all() and grades.min() > 0 and grades.max() <= MAX_GRADE):
+        k = int(np.flatnonzero(~(np.isfinite(grades) & (grades > 0) & (grades <= MAX_GRADE)))[0])
+        qid = queries.ids[int(np.searchsorted(queries.positives.offsets, k, side="right") - 1)]
+        raise DataError(f"query {qid!r}: positive grade {grades[k]!r} is not in (0, {MAX_GRADE:g}] "
+                        "(nDCG sums grades as gains; larger ones overflow it)")
+    if queries.candidates is not None:
+        cand = queries.candidates
+        if cand.min() < 0 or cand.max() >= n:
+            raise DataError("a per-query candidate index is outside the pool")
+        pos, mask = _pad(queries.positives, -1, np.int64)
+        hits = (cand[:, :, None] == pos[:, None, :]).sum(axis=1)
+        bad = np.flatnonzero(((hits != 1) & mask).any(axis=1))
+        if len(bad):
+            raise DataError(f"query {queries.ids[bad[0]]!r}: each positive must appear exactly once in "
+                            f"its candidate list")
+
+
+class _Chunks:
+    """Candidate chunks of one query batch: (B, C) pool indices, or one shared 1-D range."""
+
+    def __init__(self, queries: Queries, pool_range: tuple[int, int], chunk_size: int) -> None:
+        self.per_query = queries.candidates
+        self.pool_range, self.chunk_size = pool_range, chunk_size
+
+    def __iter__(self):
+        if self.per_query is not None:
+            m = self.per_query.shape[1]
+            for a in range(0, m, self.chunk_size):
+                yield a, self.per_query[:, a : a + self.chunk_size]
+        else:
+            # chunk edges sit on absolute multiples of chunk_size, whatever the range: a shard
+            # whose range starts on that grid makes exactly the GEMM calls a whole-pool scan makes
+            # for the same candidates, so their float scores (and ties) are bit-identical
+            lo, hi = self.pool_range
+            a = lo
+            while a < hi:
+                b = min(hi, (a // self.chunk_size + 1) * self.chunk_size)
+                yield a, np.arange(a, b, dtype=np.int64)
+                a = b
+
+
+def encode_pool(ranker: Any, pool: Pool) -> Any:
+    """The ranker's candidate vectors, checked once: shape (len(pool), d), every value finite
+    (scanned in chunks: the matrix may be memory-mapped or sharded)."""
+    emb = ranker.encode_pool(pool.for_ranker())
+    if all(callable(getattr(emb, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
+        emb = emb.detach().cpu().numpy()
+    elif not (hasattr(emb, "ndim") and hasattr(emb, "shape")):  # a list: numpy's, else one line
+        try:
+            emb = np.asarray(emb, dtype=np.float32)
+        except (TypeError, ValueError) as exc:
+            raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned {type(emb).__name__}, "
+                                    f"expected a ({len(pool)}, d) array ({exc})") from exc
+    if emb.ndim != 2 or emb.shape[0] != len(pool):
+        raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
+                                f"expected ({len(pool)}, d)")
+    for a in range(0, emb.shape[0], 262144):
+        block = np.asarray(emb[a : a + 262144], dtype=np.float32)
+        if not np.isfinite(block).all():
+            row = a + int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
+            raise RankerOutputError(f"ranker {ranker.name!r}: candidate vector {row} "
+                                    f"({pool.ids[row]!r}) is not finite")
+    return emb
+
+
+def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = 256,
+                   progress: Callable[[int], None] | None = None) -> np.ndarray:
+    """The ranker's query vectors for every query, (n_queries, dim) float32, encoded in the
+    engine's batches (so they equal what ``evaluate`` encodes batch by batch) and checked."""
+    out = np.empty((len(queries), dim), dtype=np.float32)
+    for rows, batch in queries.batches(batch_size):
+        out[rows] = _query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)
+        if progress is not None:
+            progress(len(rows))
+    return out
+
+
+def _query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
+    if all(callable(getattr(q, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
+        q = q.detach().cpu().numpy()
+    try:
+        q = np.asarray(q)
+    except (TypeError, ValueError) as exc:
+        raise RankerOutputError(f"ranker {name!r}: encode_queries returned {type(q).__name__}, "
+                                f"expected a ({len(batch)}, {dim}) array ({exc})") from exc
+    if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != dim:
+        raise RankerOutputError(f"ranker {name!r}: encode_queries returned shape "
+                                f"{q.shape}, expected ({len(batch)}, {dim})")
+    if not np.isfinite(q).all():
+        row = int(np.flatnonzero(~np.isfinite(q).all(axis=1))[0])
+        raise RankerOutputError(f"ranker {name!r} returned a non-finite query vector "
+                                f"for query {batch.ids[row]!r}")
+    return np.ascontiguousarray(q, dtype=np.float32)
+
+
+def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
+    """Index the pool and return ``score(batch, candidates)`` for the engine's loop. The ranker
+    receives the pool as ``Pool.for_ranker`` and queries as ``Queries.unlabelled``."""
+    timings: dict[str, float] = {}
+    t0 = time.perf_counter()
+    if is_embedding_ranker(ranker):
+        emb = encode_pool(ranker, pool)
+        timings["index_s"] = time.perf_counter() - t0
+        return dense_scorer(emb, lambda batch: ranker.encode_queries(batch.unlabelled()), ranker.name,
+                            pool_checked=True), timings
+    ranker.index(pool.for_ranker())
+    timings["index_s"] = time.perf_counter() - t0
+    return ranker_scorer(ranker), timings
+
+
+def ranker_scorer(ranker: Any) -> Scorer:
+    """A ranker's own ``score`` as the engine calls it: the batch's label-free view (made once per
+    batch) and the candidates as a private read-only copy, so neither the answers nor the
+    engine's arrays are within its reach. Carries what the ranker declares: ``set_dependent``
+    (its scores depend on which candidates share the call: each query's whole list is then
+    scored in one call and never compared across calls) and ``score_tolerance`` (how far two
+    calls' scores of one pair may differ, relative to max(1, |score|), for fp32/GPU kernels whose
+    arithmetic follows the batch's shape; 0: bit for bit)."""
+    view: dict[str, Queries] = {}
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        if view.get("of") is not batch:  # hold the batch: an id() could be reused
+            # (a label-free batch is the engine's own private view, made for this call: used as it is)
+            view["of"], view["as"] = batch, batch.unlabelled() if batch.labelled else batch
+        mine = np.array(cand, dtype=np.int64)
+        mine.setflags(write=False)
+        return ranker.score(view["as"], mine)
+
+    score.set_dependent = bool(getattr(ranker, "set_dependent", False))  # type: ignore[attr-defined]
+    score.tolerance = float(getattr(ranker, "score_tolerance", 0.0) or 0.0)  # type: ignore[attr-defined]
+    return score
+
+
+def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name: str = "dense",
+                 pool_checked: bool = False) -> Scorer:
+    """The engine's fast path for inner-product scores: a GEMM of the batch's query vectors against
+    each candidate chunk (``emb`` may be memory-mapped, fp16/bf16-stored or sharded; chunks are
+    computed in fp32).
+
+    The scorer is marked ``scratch_output``: a shared-pool chunk's scores are written into one
+    reused buffer (valid until the next call), which the engine may modify in place; faulting in
+    a fresh batch x chunk matrix per chunk costs more than the comparisons on these machines.
+    ``finite_inputs``: the query vectors are checked here; when the candidates were checked too
+    (``pool_checked``, as ``make_scorer`` does), the engine skips scanning every score for NaN/inf."""
+    cache: dict[str, Any] = {}
+    packed: dict[tuple[int, int], np.ndarray] = {}
+    own = fused.own_gemm(int(emb.shape[1]))
+
+    def query_vectors(batch: Queries) -> np.ndarray:
+        if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
+            cache["batch"], cache["q"] = batch, _query_vectors(encode_queries(batch), batch, emb.shape[1], name)
+        return cache["q"]
+
+    def candidates(cand: np.ndarray) -> Any:
+        return emb[cand[0] : cand[-1] + 1] if _contiguous(cand) else emb[cand]  # (a view: no copy)
+
+    def packed_chunk(cand: np.ndarray) -> np.ndarray:
+        """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
+        _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
+        for each batch into one reused buffer (on these machines fresh pages cost more than the
+        packing itself)."""
+        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
+        if key is not None and key in packed:
+            return packed[key]
+        keep = key is not None and emb.shape[0] * emb.shape[1] * 4 <= _PACKED_BYTES
+        block = fused.pack(candidates(cand), None if keep else cache.get("pack_buf"))
+        if keep:
+            packed[key] = block
+        else:
+            cache["pack_buf"] = block
+        return block
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        q = query_vectors(batch)
+        if cand.ndim == 1:
+            size = q.shape[0] * len(cand)
+            if cache.get("buf") is None or cache["buf"].size < size:
+                cache["buf"] = np.empty(size, dtype=np.float32)
+            out = cache["buf"][:size].reshape(q.shape[0], len(cand))
+            if own and len(cand):
+                return fused.gemm(q, packed_chunk(cand), out)
+            return np.matmul(q, np.asarray(candidates(cand), dtype=np.float32).T, out=out)
+        g = np.asarray(emb[cand], dtype=np.float32)
+        if own:  # the GEMM's bits: a candidate identical to a positive ties with it
+            return fused.pair_dots(q, g)
+        return np.einsum("bd,bmd->bm", q, g)
+
+    def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM
+        and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
+        return query_vectors(batch), packed_chunk(cand)
+
+    def release() -> None:
+        """Leave the packed candidates' memory to the next scorer (``fused.keep_buffer``): the
+        scorer is not used any more."""
+        for block in [*packed.values(), cache.pop("pack_buf", None)]:
+            fused.keep_buffer(block)
+        packed.clear()
+
+    score.scratch_output = True  # type: ignore[attr-defined]
+    score.harness_scores = True  # type: ignore[attr-defined]  # the numbers are the engine's, not ranker code's
+    score.finite_inputs = pool_checked  # type: ignore[attr-defined]
+    score.release = release  # type: ignore[attr-defined]
+    score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
+    return score
+
+
+def vector_scorer(emb: Any, query_vectors: np.ndarray, queries: Queries, name: str = "dense",
+                  pool_checked: bool = False) -> Scorer:
+    """``dense_scorer`` over query vectors computed beforehand (row i belongs to ``queries.ids[i]``)."""
+    row_of = {str(q): i for i, q in enumerate(queries.ids)}
+    return dense_scorer(emb, lambda batch: query_vectors[[row_of[str(i)] for i in batch.ids]], name,
+                        pool_checked=pool_checked)
+
+
+def evaluate(
+    ranker: Any,
+    queries: Queries,
+    pool: Pool,
+    *,
+    batch_size: int = 256,
+    chunk_size: int = 65536,
+    topk: int = 100,
+    progress: Callable[[int], None] | None = None,
+    scorer: Scorer | None = None,
+    pool_range: tuple[int, int] | None = None,
+    unlabelled_rows: bool = False,
+    verify: bool = True,
+) -> EvalResult:
+    """Rank ``pool`` (or each query's candidate list) for every query; exact positive ranks.
+
+    ``pool_range=(a, b)`` scans only candidates a..b-1 of a shared pool (one shard); the
+    positives are still scored and compared wherever they live, so shard results ``merge``
+    into exactly the single-process result (the engine's own dense scores only: see below).
+    ``topk``: how many best candidates per query to keep (``EvalResult.topk_index``); 0 keeps none
+    and skips that work (``rbench run`` asks for none). ``unlabelled_rows``: queries without a
+    positive are ranked too (their top-k is kept; the two-stage path's lists without one).
+    ``verify=False`` skips the consistency check (``benchmarks/consistency_cost.py`` measures its
+    cost against it; the CLI and the Python API always check).
+
+    Scores made by ranker code (its own ``score``; everything but the engine's dense scorer) are
+    never asked for the positives alone: each query's whole candidate list (or the whole pool)
+    is scored in the same calls whatever the labels, and the positives' scores are read from
+    those calls (``_whole_rows``). A ranker that declares ``set_dependent`` gets each batch's
+    whole list in one call; any other is spot-checked (``_verify``): a label-independent sample
+    of candidates scored again, in another order and company, must get the same scores.
+    """
+    validate_queries(queries, pool, require_positive=not unlabelled_rows)
+    if pool_range is not None and queries.candidates is not None:
+        raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
+    pool_range = pool_range or (0, len(pool))
+    timings: dict[str, float] = {"compile_s": fused.warmup()}  # the JIT's first compile: not the ranker's cost
+    own_scorer = scorer is None  # made here: its memory is released at the end
+    if scorer is None:
+        scorer, made = make_scorer(ranker, pool)
+        timings.update(made)
+    name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
+    whole = not getattr(scorer, "harness_scores", False)  # ranker code's scores: whole rows (see above)
+    lo, hi = pool_range
+    if whole:
+        batch_size = _whole_row_batch(scorer, queries, pool, pool_range, batch_size, chunk_size, name)
+    scratch = bool(getattr(scorer, "scratch_output", False))
+    n = len(queries)
+    n_pos = len(queries.positives.values)
+    higher_vals = np.zeros(n_pos, dtype=np.int64)
+    equal_vals = np.zeros(n_pos, dtype=np.int64)
+    before_vals = np.zeros(n_pos, dtype=np.int64)
+    topk = max(0, int(topk))
+    top_idx = np.full((n, topk), -1, dtype=np.int64)
+    top_val = np.full((n, topk), -np.inf, dtype=np.float64)
+    n_ranked = np.zeros(n, dtype=np.int64)
+    hit_bufs: dict[tuple[int, int], np.ndarray] = {}
+    fused_scan = fused.enabled()
+    gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
+    gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
+    spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
+    verify_s = 0.0
+    t_score = time.perf_counter()
+    for rows, batch in queries.batches(batch_size):
+        B = len(rows)
+        pos, pos_ok = _pad(batch.positives, 0, np.int64)
+        grade, _ = _pad(batch.grades, 0.0, np.float64)
+        small = batch.candidates is not None and batch.candidates.shape[1] <= chunk_size
+        if whole:  # every score from the calls over whole rows; the positives' read from them
+            full = _whole_rows(scorer, batch, pool_range, chunk_size, name)
+            if verify and not getattr(scorer, "set_dependent", False) and _checked(int(rows[0]) // batch_size):
+                t0 = time.perf_counter()
+                _verify(scorer, batch, full, pool_range, int(rows[0]) // batch_size, name, pool)
+                verify_s += time.perf_counter() - t0
+            col = pos - lo if batch.candidates is None else \
+                np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
+            sp = np.take_along_axis(full, col, axis=1)
+            chunks: Any = [(lo, batch.candidates if batch.candidates is not None else np.arange(lo, hi))]
+        elif small:  # the engine's dense scores of small lists: scored whole
+            full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch)
+            col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
+            sp = np.take_along_axis(full, col, axis=1)
+            chunks = [(0, batch.candidates)]
+        else:  # the engine's dense scores: a positive's by the GEMM's own arithmetic (pair_dots)
+            full = None
+            sp = _check(scorer(batch, pos), pos.shape, name, batch)
+            chunks = _Chunks(batch, pool_range, chunk_size)
+        higher = np.zeros(pos.shape, dtype=np.int64)
+        equal = np.zeros(pos.shape, dtype=np.int64)
+        excl = batch.exclude
+        # the scores are masked and counted in row blocks of about _TILE_BYTES, so that those
+        # passes read a block from cache, not memory
+        width = full.shape[1] if full is not None else min(hi - lo, chunk_size)
+        step = max(1, _TILE_BYTES // (8 * max(1, width)))
+        blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
+        top = _RunningTopK(topk)
+        carried: fused.TopK | None = None  # the fused scan's top-k (its buffers reused batch to batch)
+        pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
+        finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
+        for a, cand in chunks:
+            if gemm_operands is not None and cand.ndim == 1 and len(cand) and (carried is None or not carried.wide):
+                # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache,
+                # over parts of the chunk whose packed candidates stay in cache too
+                if carried is None:
+                    carried = spare_top = fused.TopK(B, topk, spare_top)
+                for s0 in range(0, len(cand), gemm_part):
+                    part = cand[s0 : s0 + gemm_part]
+                    C, a0 = len(part), a + s0
+                    ex_row, ex_col = _exclusions_in(excl, a0, C)
+                    ex_off = np.searchsorted(ex_row, np.arange(B + 1)).astype(np.int64)
+                    q_vecs, packed = gemm_operands(batch, part)
+                    fused.gemm_scan(q_vecs, packed, C, a0, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0,
+                                    higher, equal, finite, carried, more=a0 + C < pool_range[1])
+                    if not len(ex_col):
+                        finite += C
+                continue
+            if full is not None:
+                s = full if whole else full.copy()  # _whole_rows' rows are the engine's own
+            else:
+                shape = cand.shape if cand.ndim == 2 else (B, len(cand))
+                raw = scorer(batch, cand)
+                # the dense scorer checks its inputs are finite, so its products are; others are scanned
+                s = _check(raw, shape, name, batch) if not getattr(scorer, "finite_inputs", False) \
+                    else _check_shape(raw, shape, name)
+                if not scratch:
+                    s = s.copy()  # never modify a scorer's own arrays
+            C = s.shape[1]
+            spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
+            # exclusions -> -inf (never higher, never tied, never in top-k)
+            if excl is not None and len(excl.values):
+                if cand.ndim == 1:
+                    s[_exclusions_in(excl, a, C)] = -np.inf
+                else:
+                    for r in np.unique(excl.row_ids()):
+                        s[r, np.isin(cand[r], excl[r])] = -np.inf
+            excluded_here = excl is not None and len(excl.values) > 0
+            if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.engine.fused)
+                if carried is None:
+                    carried = spare_top = fused.TopK(B, topk, spare_top)
+                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried,
+                           more=a + C < pool_range[1])
+                if not excluded_here:
+                    finite += C
+                continue
+            # positives are compared among themselves below; they are masked out of the chunk
+            if cand.ndim == 1:
+                inside = pos_ok & (pos >= a) & (pos < a + C)
+                rr, cc = np.nonzero(inside)  # row-major: each block's are one slice
+                lims = np.searchsorted(rr, [r0 for r0, _ in blocks] + [B])
+            top.add(s, cand)  # running top-k (unsorted until the end of the scan; topk=0: nothing)
+            for bi, (r0, r1) in enumerate(blocks):
+                sb = s[r0:r1]
+                cb = cand if cand.ndim == 1 else cand[r0:r1]
+                n_ranked[rows[r0:r1]] += np.isfinite(sb).sum(axis=1) if excluded_here else C
+                if cand.ndim == 1:
+                    br, bc = rr[lims[bi] : lims[bi + 1]], cc[lims[bi] : lims[bi + 1]]
+                    sb[br - r0, pos[br, bc] - a] = np.nan
+                else:
+                    hit = (cb[:, :, None] == pos[r0:r1, None, :]) & pos_ok[r0:r1, None, :]
+                    sb[hit.any(axis=2)] = np.nan
+                _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
+        if carried is not None:  # the fused scan's counts and top-k (already in rank order)
+            n_ranked[rows] += finite
+            if topk:
+                top_idx[rows], top_val[rows] = fused.finish(carried)
+        elif top.idx is not None:
+            w = top.idx.shape[1]
+            top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))
+        # order among positives: higher score first; ties pessimistically by ascending grade,
+        # then by descending pool index (deterministic)
+        ok = pos_ok[:, :, None] & pos_ok[:, None, :]
+        s_i, s_j = sp[:, :, None], sp[:, None, :]
+        before = (s_j > s_i) | (
+            (s_j == s_i) & ((grade[:, None, :] < grade[:, :, None])
+                            | ((grade[:, None, :] == grade[:, :, None]) & (pos[:, None, :] > pos[:, :, None])))
+        )
+        pos_before = (before & ok).sum(axis=2)
+        if len(batch.positives.values):
+            flat = batch_slice(queries.positives, rows)
+            higher_vals[flat], equal_vals[flat], before_vals[flat] = higher[pos_ok], equal[pos_ok], pos_before[pos_ok]
+        if progress is not None:
+            progress(B)
+    timings["score_s"] = time.perf_counter() - t_score
+    timings["per_query_ms"] = 1000.0 * timings["score_s"] / max(n, 1)
+    if whole:
+        timings["verify_s"] = verify_s  # the consistency check's share of score_s
+    top_idx[~np.isfinite(top_val)] = -1
+    fused.keep_topk(spare_top)
+    if own_scorer and hasattr(scorer, "release"):
+        scorer.release()
+    return EvalResult(
+        ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals),
+        topk_index=top_idx,
+        topk_score=top_val,
+        n_ranked=n_ranked,
+        timings=timings,
+        higher=higher_vals,
+        equal=equal_vals,
+        pos_before=before_vals,
+    )
+
+
+_ROW_BYTES = 1 << 30  # whole-row scoring holds a batch's rows of scores (fp64 worth) within this
+
+
+def _whole_row_batch(scorer: Scorer, queries: Queries, pool: Pool, pool_range: tuple[int, int],
+                     batch_size: int, chunk_size: int, name: str) -> int:
+    """The batch size whole-row scoring uses (a batch's rows of scores stay within _ROW_BYTES),
+    after refusing what it cannot do: a shard of a shared pool (the positives' scores would need
+    calls of their own) and a set-dependent ranker's shared pool above one call (--chunk-size)."""
+    width = queries.candidates.shape[1] if queries.candidates is not None else pool_range[1] - pool_range[0]
+    if queries.candidates is None and pool_range != (0, len(pool)):
+        raise ValueError(f"pool_range: ranker {name!r} scores with its own score(), whose positives are read "
+                         "from whole rows; only the engine's dense scores are scanned shard by shard")
+    if queries.candidates is None:
+        require_one_call(name, bool(getattr(scorer, "set_dependent", False)), width, chunk_size)
+    return max(1, min(batch_size, _ROW_BYTES // (8 * max(1, width))))
+
+
+def require_one_call(name: str, set_dependent: bool, width: int, chunk_size: int) -> None:
+    """A set-dependent ranker's shared pool must fit in one call (``--chunk-size``); else one
+    line naming the ranker and the alternative. (The runner asks before fitting, the engine
+    again before scoring.)"""
+    if set_dependent and width > chunk_size:
+        raise RBenchError(f"ranker {name!r} declares set-dependent scores (set_dependent = True), so each "
+                          f"query's candidates are scored in one call; the pool of {width:,} candidates is "
+                          f"more than one call of {chunk_size:,} (--chunk-size): rerank a first stage's "
+                          "top-N instead (--rerank-from bm25 --rerank-depth 100)")
+
+
+def _whole_rows(scorer: Scorer, batch: Queries, pool_range: tuple[int, int], chunk_size: int,
+                name: str) -> np.ndarray:
+    """The batch's scores over each query's whole candidate list (or the whole pool), in the
+    engine's own array: one call (a set-dependent ranker, or a list within ``chunk_size``) or
+    one call per chunk on the fixed grid. Which calls are made never depends on the labels."""
+    one = bool(getattr(scorer, "set_dependent", False))
+    if batch.candidates is not None:
+        m = batch.candidates.shape[1]
+        parts = [(0, batch.candidates)] if one or m <= chunk_size else \
+            [(a, batch.candidates[:, a : a + chunk_size]) for a in range(0, m, chunk_size)]
+    else:
+        parts = [(a - pool_range[0], c) for a, c in _Chunks(batch, pool_range, chunk_size)]
+    B = len(batch)
+    if len(parts) == 1:
+        cand = parts[0][1]
+        shape = cand.shape if cand.ndim == 2 else (B, len(cand))
+        return np.array(_check(scorer(batch, cand), shape, name, batch), copy=True)  # ours, not the ranker's
+    out: np.ndarray | None = None
+    for a, cand in parts:
+        shape = cand.shape if cand.ndim == 2 else (B, len(cand))
+        s = _check(scorer(batch, cand), shape, name, batch)
+        if out is None:
+            width = batch.candidates.shape[1] if batch.candidates is not None else pool_range[1] - pool_range[0]
+            out = np.empty((B, width), dtype=s.dtype)
+        out[:, a : a + shape[1]] = s
+    assert out is not None
+    return out
+
+
+_VERIFY_COLUMNS = 32  # candidates a checked query is scored on again (a shared pool)
+
+
+def _checked(b: int) -> bool:
+    """Whether batch ``b`` is checked: b + 1 a power of 16 (batches 0, 15, 255, 4095, ...), so a
+    run of n batches makes about log16(n) + 1 checks and the check stays under 2% of even a
+    25 ms evaluation (``benchmarks/consistency_cost.py``: one check costs ~0.1 ms warm, ~0.35 ms
+    right after a batch's scoring has flushed the caches); which batches are checked is fixed.
+    One check suffices for what it is for: a softmax or rank-position score, a ranker that
+    ignores ``candidates`` or a noisy one disagrees on almost every pair."""
+    n = b + 1
+    return n & (n - 1) == 0 and (n.bit_length() - 1) % 4 == 0
+
+
+def _verify(scorer: Scorer, batch: Queries, full: np.ndarray, pool_range: tuple[int, int], seed: int,
+            name: str, pool: Pool) -> None:
+    """The consistency check of a ranker that does not declare set-dependent scores: one query
+    of a checked batch (``_checked``) is scored again on a sample of its candidates, shuffled (a
+    shared pool: 32; its own list: half of it), and every score must equal the one the
+    whole-row calls gave (within the ranker's ``score_tolerance``, relative to max(1, |score|)).
+    The query and the columns are drawn from ``seed`` (the batch's number), never from the
+    labels. This catches scores that depend on the call's other candidates or their order
+    (softmax or rank positions inside a call), rankers that ignore ``candidates``, and
+    nondeterministic ones; one line, exit 2."""
+    import random
+
+    rng = random.Random(seed)  # (numpy's Generator costs ~0.2 ms to seed with cold caches)
+    B, width = full.shape
+    r = rng.randrange(B)
+    sub = batch.slice(r, r + 1).unlabelled()  # (what the ranker gets: made once, here)
+    cols = np.array(rng.sample(range(width), min(width, _VERIFY_COLUMNS) if batch.candidates is None
+                               else max(1, width // 2)), dtype=np.int64)
+    cand = pool_range[0] + cols if batch.candidates is None else batch.candidates[r : r + 1, cols]
+    want = full[r : r + 1, cols]
+    got = _check(scorer(sub, cand), want.shape, name, sub)
+    tol = float(getattr(scorer, "tolerance", 0.0))
+    if tol == 0 and np.array_equal(got, want):
+        return
+    got, want = got.astype(np.float64), want.astype(np.float64)
+    bad = np.flatnonzero(np.abs(got - want)[0] > tol * np.maximum(1.0, np.abs(want[0])))  # relative (0: exact)
+    if len(bad):
+        c = int(bad[0])
+        item = int(cand[c] if cand.ndim == 1 else cand[0, c])
+        raise RankerOutputError(
+            f"ranker {name!r} gave candidate {pool.ids[item]!r} of query {sub.ids[0]!r} the score {want[0, c]!r} "
+            f"in one call and {got[0, c]!r} in another (other candidates, another order; "
+            f"{'bit for bit' if tol == 0 else f'tolerance {tol:g}'}): scores must not depend on the rest of the "
+            "call unless the ranker declares set_dependent = True (then each list is scored in one call), "
+            "must be about the candidates passed, and must be deterministic")
+
+
+def merge(parts: list[EvalResult]) -> EvalResult:
+    """Combine results over disjoint pool shards into the result over their union (exact)."""
+    if not parts:
+        raise ValueError("nothing to merge")
+    first = parts[0]
+    higher = np.sum([p.higher for p in parts], axis=0)
+    equal = np.sum([p.equal for p in parts], axis=0)
+    k = first.topk_index.shape[1]
+    idx = np.concatenate([p.topk_index for p in parts], axis=1)
+    val = np.concatenate([p.topk_score for p in parts], axis=1)
+    val = np.where(idx < 0, -np.inf, val)
+    # ties between shards: lower pool index first, as within one scan
+    order = np.lexsort((np.where(idx < 0, np.iinfo(np.int64).max, idx), -val), axis=1)[:, :k]
+    top_idx, top_val = np.take_along_axis(idx, order, axis=1), np.take_along_axis(val, order, axis=1)
+    timings = {key: float(sum(p.timings.get(key, 0.0) for p in parts)) for key in first.timings}
+    return EvalResult(
+        ranks=Ragged(first.ranks.offsets.copy(), 1 + higher + equal + first.pos_before),
+        topk_index=top_idx, topk_score=top_val,
+        n_ranked=np.sum([p.n_ranked for p in parts], axis=0), timings=timings,
+        higher=higher, equal=equal, pos_before=first.pos_before.copy(),
+    )
+
+
+def batch_slice(r: Ragged, rows: np.ndarray) -> slice:
+    """The flat-value slice of consecutive ``rows`` of ``r``."""
+    return slice(int(r.offsets[rows[0]]), int(r.offsets[rows[-1] + 1]))

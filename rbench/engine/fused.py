@@ -1,0 +1,379 @@
+"""One fused pass over a chunk of scores: the rank counts and the top-k candidates together.
+
+Why: after the GEMM, numpy needs a separate pass over the (queries x candidates) scores for each
+quantity the engine keeps (how many candidates score above / equal to each positive, how many
+are ranked, which may enter the top-k), and each pass streams the whole matrix from memory. At
+d = 128 those passes cost more than the GEMM itself. This kernel walks each row once while it
+sits in cache (rows in parallel), so exact evaluation with a top-100 costs little more than the
+GEMM (``benchmarks/engine_scale.py``).
+
+For the dense scorer the GEMM is rbench's own (``rbench.engine.kernels.gemm``) and the
+two are fused (``gemm_scan``): each block of 48 query rows is multiplied and scanned while its
+scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never written to memory and
+read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
+
+It is an accelerator, not a second definition: ``rbench.engine.evaluate`` keeps its numpy passes as the
+reference (``RBENCH_FUSED=0`` selects them; ``tests/engine/test_fused.py`` checks both give identical
+results, ties and exclusions included), and falls back to them where numba is not installed.
+
+Conventions (the engine's): the chunk ``s`` holds finite scores, ``-inf`` for excluded
+candidates, and covers pool indices ``a .. a+C-1`` of a shared pool, chunks in ascending order.
+Positives are *not* masked: the kernel counts them like any candidate and the kernel subtracts
+their own contribution afterwards, so the top-k sees them as it must.
+
+The top-k never sorts or selects over a whole row (a float max or a per-score branch does not
+vectorise in numba; comparisons and int maxima do). An fp32 chunk row of at least k blocks of 64
+scores gets its threshold from the blocks' maxima (a float max tree in LLVM IR, then int32
+keys): a histogram bucket's edge that at least k maxima reach is reached by >= k scores, so it
+needs no second try, and only the ~k blocks reaching it are collected, each by a 64-bit mask of
+its scores at or above it (vector compares in LLVM IR). A row whose first chunk is its last
+collects into its thread's own buffer. Otherwise a row's first chunk gives a threshold: the m-th largest of
+every 16th score (m ~ 1.25 k / 16 + 5, so ~2k scores reach it). One vectorised pass writes a
+flag byte per score (score >= threshold; the first positive's rank counts ride along); the flags
+are read eight at a time and only the few non-zero words looked at, their candidates appended
+to a per-row buffer in ascending pool index. The threshold is kept only if at least k scores
+reach it (else a lower one from the same sample, else every finite candidate is collected), so
+the top-k lies at or above it and the buffer holds it exactly. When the buffer fills (or when
+later chunks follow), its k best are kept (quickselect; ties: the lower pool index) and the
+threshold rises to their k-th best, strictly from then on: a later candidate tied with it has a
+higher pool index and loses, as in one selection over everything. After the last chunk each
+row's buffer is sorted into rank order (a stable radix sort on the scores' bits: ties keep the
+lower pool index first), in the same visit while it is in cache.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from functools import cache
+from typing import Any
+
+import numpy as np
+
+_LOCK = threading.Lock()  # one kernel launch at a time (numba's workqueue layer requires it)
+
+
+def enabled() -> bool:
+    """Whether the fused kernel is used (numba importable and not switched off)."""
+    return os.environ.get("RBENCH_FUSED", "1") != "0" and _kernels() is not None
+
+
+@cache
+def _kernels() -> Any:
+    try:
+        from rbench.engine.kernels import fused as _fused_kernel
+    except ImportError:  # numba is optional at run time: the numpy passes take over
+        return None
+    return _fused_kernel
+
+
+class TopK:
+    """Each row's top-k candidates so far, carried across the chunks of one query batch: a
+    buffer of (score, pool index) in ascending pool index, holding every candidate seen that
+    reaches the row's threshold (at least k do, once a threshold is set), and that threshold.
+
+    Its arrays are views of flat buffers that may hold more: a batch reuses the buffers of the
+    one before (a shorter last batch, or another k, included), and an evaluation those of the
+    one before (``take_topk`` / ``keep_topk``)."""
+
+    def __init__(self, n_rows: int, k: int, spare: TopK | None = None) -> None:
+        """A fresh top-k for n_rows rows, in spare's buffers when they fit (fresh pages cost more
+        than the scan on these machines: ~10 MB a 1,024-query batch)."""
+        width = _kernels().buffer_width(k)
+        need = (n_rows * width, n_rows * width, n_rows, n_rows, n_rows, n_rows * k, n_rows * k)
+        if spare is not None and all(b.size >= m for b, m in zip(spare._base, need)):
+            base = spare._base  # (flat: any k and rows that fit)
+        else:
+            base = (np.empty(need[0], dtype=np.float64),  # holds fp32 scores exactly
+                    np.empty(need[1], dtype=np.int64), np.empty(n_rows, dtype=np.int64), np.empty(n_rows),
+                    np.empty(n_rows, dtype=np.bool_), np.empty(need[5], dtype=np.float64),
+                    np.empty(need[6], dtype=np.int64))
+        self._base = base
+        self.k = k
+        self.scores, self.index = (b[: n_rows * width].reshape(n_rows, width) for b in base[:2])
+        self.size, self.threshold, self.strict = (b[:n_rows] for b in base[2:5])
+        self.out_v, self.out_i = (b[: n_rows * k].reshape(n_rows, k) for b in base[5:])  # the sorted top-k
+        self.size[:] = -1  # -1: the row has seen no chunk yet
+        self.threshold[:] = -np.inf
+        self.strict[:] = False
+        self.wide = False  # a float64 chunk was seen: thresholds may need fp64 from then on
+        self.done = False
+        # gemm_scan's per-thread blocks of scores (independent of k and of the rows)
+        self.blocks: np.ndarray | None = spare.blocks if spare is not None else None
+
+    def nbytes(self) -> int:
+        return sum(b.nbytes for b in self._base) + (self.blocks.nbytes if self.blocks is not None else 0)
+
+
+# Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep
+# theirs): faulting in fresh pages for them in every evaluation cost this machine about a tenth
+# of a d = 128 evaluation of 3,000 x 25,000 (an ad-hoc paired check against the bare GEMM: 1.22x
+# with fresh pages, 1.12x with glibc told to keep freed memory, 1.06x with these spares). One of
+# each kind, at most _SPARE_BYTES each (a 25,000 x 1,024 pool packed: 102 MB); handed out once
+# (an evaluation beside another in a thread allocates its own).
+_SPARE_BYTES = 1 << 27
+_SPARES: dict[str, Any] = {}
+_SPARE_LOCK = threading.Lock()
+
+
+def take_topk() -> TopK | None:
+    """The top-k buffers the last evaluation left (or None): a ``TopK``'s spare."""
+    with _SPARE_LOCK:
+        return _SPARES.pop("topk", None)
+
+
+def keep_topk(top: TopK | None) -> None:
+    """Leave ``top``'s buffers for the next evaluation (nothing may refer to them any more);
+    a larger spare already kept stays."""
+    if top is not None and top.nbytes() <= _SPARE_BYTES:
+        with _SPARE_LOCK:
+            old = _SPARES.get("topk")
+            if old is None or old.nbytes() <= top.nbytes():
+                _SPARES["topk"] = top
+
+
+def take_buffer(size: int) -> np.ndarray | None:
+    """A spare 64-byte aligned fp32 buffer of at least ``size`` values, or None."""
+    with _SPARE_LOCK:
+        buf = _SPARES.get("buffer")
+        if buf is None or buf.size < size:
+            return None
+        return _SPARES.pop("buffer")
+
+
+def keep_buffer(buf: np.ndarray | None) -> None:
+    """Leave a buffer from ``pack`` / ``take_buffer`` for later use (the largest one is kept)."""
+    if buf is None or buf.nbytes > _SPARE_BYTES:
+        return
+    with _SPARE_LOCK:
+        old = _SPARES.get("buffer")
+        if old is None or old.size < buf.size:
+            _SPARES["buffer"] = buf
+
+
+def _writable(x: Any, dtype: Any) -> np.ndarray:
+    """x as a C-contiguous, writable base ndarray of dtype (copied only when it is not one already).
+    Why writable: numba compiles a read-only array as another type, so a ranker's read-only query
+    vectors or positives' scores would compile a kernel afresh in the middle of a timed
+    evaluation (``warmup`` compiles the writable types). These inputs are small (batch x d, batch
+    x positives) or a gathered copy already (``pair_dots``' g): a copy, when one is made, costs
+    nothing. (The candidates ``pack`` reads may be a read-only memory map as large as the pool:
+    ``warmup`` compiles that type too rather than copy them.)"""
+    return np.require(x, dtype=dtype, requirements=("C", "W", "E"))
+
+
+def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: bool, higher: np.ndarray,
+         equal: np.ndarray, finite: np.ndarray, top: TopK, more: bool = True) -> None:
+    """Run the kernel over chunk ``s`` (B x C, pool indices from ``a``). Adds to ``higher``/``equal``
+    (B x P) how many candidates score above / tie with each positive's score ``thr`` (in the
+    chunk's precision; the positives ``pos``, B x P pool indices, -1 for padding, left out), to
+    ``finite`` (B) how many are not -inf (when ``count_finite``), and adds the chunk's candidates
+    to ``top``. ``more``: whether later chunks follow for these rows (if not, the top-k is
+    sorted in the same visit, while each row's buffer is in cache)."""
+    thr = _writable(thr, s.dtype)
+    if s.dtype == np.float64:
+        top.wide = True
+    elif top.wide:  # a threshold taken from fp64 scores may not be an fp32 value: compare in
+        s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
+    kernels = _kernels()
+    s = np.ascontiguousarray(s)
+    ri = s.view(np.int32) if s.dtype == np.float32 else np.empty((s.shape[0], 0), dtype=np.int32)
+    with _LOCK:
+        kernels.scan(s, ri, int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
+                     top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide,
+                     top.out_v, top.out_i, kernels.threads())
+    top.done = top.k > 0 and not more
+
+
+@cache
+def _gemm_kernels() -> Any:
+    if _kernels() is None:  # (imports the scan's kernels first: they choose numba's threading layer)
+        return None
+    from rbench.engine.kernels import gemm as _gemm_kernel
+    return _gemm_kernel
+
+
+def own_gemm(dim: int) -> bool:
+    """Whether the dense scorer's GEMMs are rbench's own kernel (``rbench.engine.kernels.gemm``): numba
+    importable and ``RBENCH_GEMM`` not ``blas``. Independent of ``RBENCH_FUSED``: the fused and
+    the reference path see the same bits. ``blas`` (numpy's GEMM, a comparison switch) gives up
+    bit-equal positives: an identical candidate may then miss its tie by an ulp."""
+    if os.environ.get("RBENCH_GEMM", "own") == "blas":
+        return False
+    return dim > 0 and _gemm_kernels() is not None
+
+
+def gemm_width() -> int:
+    """How many candidates ``gemm_scan`` should take at a time: a block of rows' scores over
+    them stays in cache for the scan (measured: a 262,144-candidate chunk at d = 128 in one call
+    ran 1.5x slower than the same chunk in parts). Not fewer at large d: each part costs every
+    row a scan with its own top-k step (at d = 1,024, parts sized by the packed candidates'
+    bytes, 4,096 candidates, made the top-100 add 10% to the rank counts alone), while the packed
+    candidates streaming from memory cost little against a GEMM that long."""
+    return _gemm_kernels().PART_COLS
+
+
+def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
+    """Candidates e (C x d) packed for ``gemm`` / ``gemm_scan`` (fp32; about the size of e in
+    fp32), in buf's memory when it is large enough, else in a spare buffer (``take_buffer``)."""
+    kernels = _gemm_kernels()
+    size = kernels.n_panels(len(e)) * e.shape[1] * kernels.NR
+    return kernels.pack(e, buf if buf is not None and buf.size >= size else take_buffer(size))
+
+
+def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
+    """out (B x C, C-contiguous fp32) = q (B x d) @ the packed candidates' transpose."""
+    kernels = _gemm_kernels()
+    with _LOCK:
+        kernels.gemm(_writable(q, np.float32), packed, out, _kernels().threads())
+    return out
+
+
+def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
+    """out[b, j] = q[b] . g[b, j] (q: B x d, g: B x m x d), the same bits as ``gemm`` for the pair."""
+    out = np.empty(g.shape[:2], dtype=np.float32)
+    with _LOCK:
+        _gemm_kernels().pair_dots(_writable(q, np.float32), _writable(g, np.float32), out)
+    return out
+
+
+def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
+              ex_off: np.ndarray, ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray,
+              finite: np.ndarray, top: TopK, more: bool = True) -> None:
+    """``scan`` over the scores ``gemm`` would write for q and the n_cols packed candidates
+    (pool indices from a), computed and scanned a block of query rows at a time while the block
+    is in cache, never written whole. Row r's excluded candidates are the chunk columns
+    ``ex_col[ex_off[r]:ex_off[r+1]]`` (they score -inf). Only for rows that saw no fp64 chunk."""
+    if top.wide:
+        raise ValueError("gemm_scan computes fp32 scores: it cannot follow an fp64 chunk")
+    kernels = _kernels()
+    n_threads = kernels.threads()
+    size = _gemm_kernels().MC * packed.shape[0] * packed.shape[2]  # (a multiple of 16: rows stay 64-byte aligned)
+    if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
+        top.blocks = _gemm_kernels().aligned_empty((n_threads, size))
+    with _LOCK:
+        kernels.gemm_scan(_writable(q, np.float32), packed, int(n_cols), int(a),
+                          _writable(thr, np.float32), pos, ex_off, ex_col, bool(count_finite),
+                          higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict,
+                          bool(more), top.out_v, top.out_i, top.blocks, n_threads)
+    top.done = top.k > 0 and not more
+
+
+def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
+    """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
+    if not top.done:
+        kernels = _kernels()
+        with _LOCK:
+            kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, top.out_v, top.out_i,
+                           kernels.threads())
+        top.done = True
+    return top.out_i, top.out_v
+
+
+# ---------------------------------------------------------------------------------------------
+# warm-up: the kernels compiled before an evaluation is timed
+# ---------------------------------------------------------------------------------------------
+# numba compiles each kernel on first use, per signature (its argument types: dtypes, dimensions,
+# layout, read-only or not): ~100 s on this 2-core machine with an empty cache (``warmup``, all of
+# them), 0.25 s from numba's on-disk cache, numba's import included.
+# Timed inside an evaluation, that made a popularity run's 0.3 ms a query read 45 ms. ``warmup``
+# runs every signature the engine calls on tiny inputs, through the same wrappers as the engine
+# (so the same argument types), before the engine starts its clock; tests/engine/test_compile_time.py
+# checks that an evaluation afterwards compiles nothing.
+
+_WARM: set[str] = set()  # the groups of kernels warmed in this process
+_WARM_LOCK = threading.Lock()
+_WARM_DIM = 8  # the tiny inputs' vector length (any d > 0 compiles the same signatures)
+
+
+def warmup() -> float:
+    """Compile (or load from numba's cache) every kernel signature the engine may call, once per
+    process; returns the seconds it took (0.0 when nothing was left to do: later calls cost a
+    lock and a set lookup). The engine calls it before timing an evaluation and records the
+    seconds as ``compile_s``, so that ``score_s`` is the ranker's cost, not the JIT's.
+
+    It follows the switches as the engine reads them: the fused scan only when ``enabled()``,
+    rbench's GEMM only when ``own_gemm`` (independent of ``RBENCH_FUSED``), their fusion when
+    both; numba not installed: nothing. A switch turned on later is warmed by the next call."""
+    with _WARM_LOCK:
+        todo = [name for name, wanted in _groups() if wanted and name not in _WARM]
+        if not todo:
+            return 0.0
+        t0 = time.perf_counter()
+        for name in todo:
+            _WARMUPS[name]()
+            _WARM.add(name)
+        return time.perf_counter() - t0
+
+
+def _groups() -> list[tuple[str, bool]]:
+    """(group, whether the engine would call it now), in the order they are warmed."""
+    scan_on = enabled()
+    gemm_on = own_gemm(_WARM_DIM)
+    return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on)]
+
+
+def _tiny_counts(n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The engine's per-batch arguments for n_rows rows and one positive each: (scores of the
+    positives' column 0 stand-in, positives, higher, equal, finite), typed as the engine's."""
+    pos = np.zeros((n_rows, 1), dtype=np.int64)
+    higher = np.zeros((n_rows, 1), dtype=np.int64)
+    equal = np.zeros((n_rows, 1), dtype=np.int64)
+    return np.zeros((n_rows, 1)), pos, higher, equal, np.zeros(n_rows, dtype=np.int64)
+
+
+def _warm_scan() -> None:
+    """``scan`` in both score precisions (a ranker's fp32 / fp64 scores; fp32 after fp64 is
+    scanned in fp64), without and with a top-k, over two chunks (the second the last, which
+    sorts), and ``finish``. The flags (exclusions, ``more``) and k are values, not types: one
+    compilation serves them all, but each is run once here all the same."""
+    for dtype in (np.float32, np.float64):
+        for k in (0, 3):
+            s = np.arange(16, dtype=dtype).reshape(2, 8)
+            thr, pos, higher, equal, finite = _tiny_counts(2)
+            top = TopK(2, k)
+            scan(s, 0, thr, pos, True, higher, equal, finite, top, more=True)
+            scan(s.copy(), 8, thr, pos, False, higher, equal, finite, top, more=False)
+            top = TopK(2, k)
+            scan(s, 0, thr, pos, False, higher, equal, finite, top, more=True)
+            if k:
+                finish(top)
+
+
+def _tiny_packed(e: np.ndarray) -> np.ndarray:
+    """e packed into a buffer of its own (``pack`` without one would take the spare buffer an
+    evaluation left for the next)."""
+    kernels = _gemm_kernels()
+    return pack(e, np.empty(kernels.n_panels(len(e)) * e.shape[1] * kernels.NR, dtype=np.float32))
+
+
+def _warm_gemm() -> None:
+    """``pack`` (writable candidates, and read-only ones: a memory-mapped embedding matrix is
+    packed straight from its pages), ``gemm`` and ``pair_dots`` (per-query lists, positives)."""
+    e = np.ones((20, _WARM_DIM), dtype=np.float32)
+    frozen = e.copy()
+    frozen.flags.writeable = False
+    _tiny_packed(frozen)
+    packed = _tiny_packed(e)
+    q = np.ones((2, _WARM_DIM), dtype=np.float32)
+    gemm(q, packed, np.empty((2, len(e)), dtype=np.float32))
+    pair_dots(q, np.ones((2, 3, _WARM_DIM), dtype=np.float32))
+
+
+def _warm_gemm_scan() -> None:
+    """``gemm_scan`` without and with a top-k, with and without exclusions, over two parts."""
+    e = np.ones((20, _WARM_DIM), dtype=np.float32)
+    packed = _tiny_packed(e)
+    q = np.ones((2, _WARM_DIM), dtype=np.float32)
+    no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
+    for k in (0, 3):
+        thr, pos, higher, equal, finite = _tiny_counts(2)
+        top = TopK(2, k)
+        gemm_scan(q, packed, len(e), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
+        gemm_scan(q, packed, len(e), len(e), thr, pos, ex_off, ex_col, True, higher, equal, finite, top,
+                  more=False)
+
+
+_WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan}

@@ -1,0 +1,786 @@
+"""The numba kernels of ``rbench.engine.fused`` (imported only when the engine first uses them: numba
+is a heavy import). Module level, so that numba's on-disk cache keys them reliably.
+
+Speed notes (2-core AMD Zen 3, numba 0.68): a count written as ``h = int32(h + int32(x > t))``
+vectorises (8 lanes); a float ``max`` reduction does not (LLVM keeps it scalar), and neither
+does anything that branches per score. So the top-k is found by comparisons and maxima only:
+on long fp32 rows the blocks' maxima and each block's mask of scores at or above a threshold
+are written in LLVM IR (``block_maxima_ir``, ``ge_mask``: a float max tree, vector compares and
+their sign masks), elsewhere a threshold comes from a strided sample of the row, a vectorised
+pass flags the scores at or above it (one byte each), and a scalar look visits the few 32-byte
+spans of flags that hold any. Rows are split into one contiguous block per thread, so that each
+thread allocates its scratch once per call."""
+
+from __future__ import annotations
+
+import os
+
+import numba
+import numpy as np
+
+# Threads: the engine alternates BLAS GEMMs (OpenBLAS's threads) with these kernels. numba's
+# default OpenMP layer (GNU libgomp) leaves its threads spinning after each kernel, on the cores
+# the next GEMM needs (and OpenBLAS's spin on the kernel's): on 2 cores that cost 10-15% of a
+# d = 128 evaluation, and doubled it with many chunks. numba's own workqueue layer sleeps
+# between launches. Chosen only if nobody chose a layer (``NUMBA_THREADING_LAYER``) and takes
+# effect only if no numba parallel code ran yet; it does not allow concurrent launches from
+# several threads, so ``rbench.engine.fused`` serialises its calls.
+if numba.config.THREADING_LAYER == "default" and "NUMBA_THREADING_LAYER" not in os.environ:
+    numba.config.THREADING_LAYER = "workqueue"
+from llvmlite import ir
+from numba import types
+from numba.core import cgutils
+from numba.cpython.unsafe.numbers import trailing_zeros
+from numba.extending import intrinsic
+
+# (numba's on-disk cache keys gemm_scan on this file alone: after changing the kernels.gemm helpers
+# it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
+from rbench.engine.kernels.gemm import MC, MR, NR, block_product, pack_rows
+
+_FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
+
+STRIDE = 16  # the threshold's sample: every STRIDE-th score of a chunk row (one per cache line)
+
+
+@numba.njit
+def kth_largest(vals, n, k):
+    """The k-th largest of vals[:n] (1 <= k <= n) by quickselect on a copy (numba's own
+    sorts cost tens of microseconds on a few hundred values; this costs a few)."""
+    work = vals[:n].copy()
+    want = n - k  # its position in ascending order
+    lo, hi = 0, n - 1
+    while lo < hi:
+        mid = (lo + hi) // 2
+        a, b, c = work[lo], work[mid], work[hi]  # median of three as the pivot
+        pivot = max(min(a, b), min(max(a, b), c))
+        i, j = lo, hi
+        while i <= j:
+            while work[i] < pivot:
+                i += 1
+            while work[j] > pivot:
+                j -= 1
+            if i <= j:
+                work[i], work[j] = work[j], work[i]
+                i += 1
+                j -= 1
+        if want <= j:
+            hi = j
+        elif want >= i:
+            lo = i
+        else:
+            break
+    return work[want]
+
+
+@numba.njit
+def keep_best(bv, bi, n, k):
+    """Keep, in place, the k best of the first n buffer entries (held in ascending pool index),
+    in the same order: everything above the k-th best score, then the first of those tied with it
+    (the lower pool index wins). Returns (how many are kept, the k-th best score; -inf when
+    n <= k: nothing was dropped)."""
+    if n <= k:
+        return n, -np.inf
+    t = kth_largest(bv, n, k)
+    room = k
+    for i in range(n):
+        room -= bv[i] > t
+    m = 0
+    for i in range(n):  # a filter in order: m <= i, so writing in place is safe
+        x = bv[i]
+        if x > t or (x == t and room > 0):
+            if x == t:
+                room -= 1
+            bv[m] = x
+            bi[m] = bi[i]
+            m += 1
+    return m, t
+
+
+@numba.njit(fastmath=_FAST, inline="always")
+def count_above(row, t):
+    """How many of row's scores are > t and == t (int32 lanes: this loop vectorises)."""
+    h = np.int32(0)
+    e = np.int32(0)
+    for c in range(row.shape[0]):
+        x = row[c]
+        h = np.int32(h + np.int32(x > t))
+        e = np.int32(e + np.int32(x == t))
+    return h, e
+
+
+@numba.njit(fastmath=_FAST, inline="always")
+def count_finite(row):
+    """How many of row's scores are not -inf (excluded candidates are -inf)."""
+    n = np.int32(0)
+    for c in range(row.shape[0]):
+        n = np.int32(n + np.int32(row[c] != -np.inf))
+    return n
+
+
+@numba.njit(fastmath=_FAST, inline="always")
+def flag(row, t, strict, fl):
+    """fl[c] = whether row[c] >= t (> t when strict): one byte a score, in lanes (it vectorises)."""
+    if strict:
+        for c in range(row.shape[0]):
+            fl[c] = np.uint8(row[c] > t)
+    else:
+        for c in range(row.shape[0]):
+            fl[c] = np.uint8(row[c] >= t)
+
+
+@numba.njit(fastmath=_FAST, inline="always")
+def flag_count(row, t, strict, fl, p):
+    """``flag`` and ``count_above(row, p)`` in one pass (both vectorise)."""
+    h = np.int32(0)
+    e = np.int32(0)
+    if strict:
+        for c in range(row.shape[0]):
+            x = row[c]
+            fl[c] = np.uint8(x > t)
+            h = np.int32(h + np.int32(x > p))
+            e = np.int32(e + np.int32(x == p))
+    else:
+        for c in range(row.shape[0]):
+            x = row[c]
+            fl[c] = np.uint8(x >= t)
+            h = np.int32(h + np.int32(x > p))
+            e = np.int32(e + np.int32(x == p))
+    return h, e
+
+
+@numba.njit(inline="always")
+def sample_threshold(row, k, sample):
+    """A threshold that about 2k of the row's scores reach: the m-th largest of every STRIDE-th
+    score (m about 1.25 k / STRIDE + 5). The sample is left in sample[:ns] for a second try.
+    Returns (threshold, ns, m); -inf when the row is too short for a sample to mean anything
+    (or holds too few finite scores): then every finite candidate is collected."""
+    C = row.shape[0]
+    ns = C // STRIDE
+    m = (5 * k + 4 * STRIDE - 1) // (4 * STRIDE) + 5
+    if ns < 4 * m:
+        return -np.inf, 0, m
+    top = sample[ns : ns + m]  # the m largest so far, descending (insertion: few are inserted)
+    for j in range(m):
+        top[j] = -np.inf
+    low = top[m - 1]
+    for i in range(ns):
+        x = row[i * STRIDE + STRIDE // 2]
+        sample[i] = x
+        if x > low:
+            j = m - 1
+            while j > 0 and top[j - 1] < x:
+                top[j] = top[j - 1]
+                j -= 1
+            top[j] = x
+            low = top[m - 1]
+    return low, ns, m
+
+
+@numba.njit(inline="always")
+def take(row, c, a, k, bv, bi, n, t, tt, strict, tr):
+    """Append row[c] (pool index a + c) to the buffer bv/bi (n entries, ascending pool index) if
+    it reaches t (>= t; > t when strict; tt: t in the row's precision). When the buffer is full
+    its k best are kept first and t rises to their k-th best, strict from then on (a later
+    candidate tied with it has a higher pool index and loses). Returns (n, t, tt, strict)."""
+    x = row[c]
+    if x > tt or (x == tt and not strict):
+        if n == bv.shape[0]:
+            n, t = keep_best(bv, bi, n, k)  # (n > 2k here; the new t is >= the old one)
+            strict = True
+            tr[0] = t
+            tt = tr[0]
+        if x > tt or (x == tt and not strict):  # (again: a compaction raises t)
+            bv[n] = x
+            bi[n] = a + c
+            n += 1
+    return n, t, tt, strict
+
+
+@numba.njit(inline="always")
+def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
+    """Append (score, pool index) of the flagged scores that reach t to the buffer (``take``).
+    The flags are read eight bytes at a time and only non-zero words are looked at (bits found
+    by trailing zeros); after a compaction they are a superset (they were set for the old t).
+    tr: a 1-element scratch array of the row's dtype (t in the row's precision: exact, t is one
+    of its scores or -inf). Returns (n, t, strict)."""
+    tr[0] = t
+    tt = tr[0]
+    words = fl.view(np.uint64)
+    for j in range(words.shape[0]):  # (flags past the row's end are zero)
+        w = words[j]
+        while w != 0:  # each set byte holds one bit: find them by trailing zeros
+            c = 8 * j + (trailing_zeros(w) >> 3)
+            w &= w - np.uint64(1)
+            n, t, tt, strict = take(row, c, a, k, bv, bi, n, t, tt, strict, tr)
+    return n, t, strict
+
+
+BLOCK = 64  # the block-maxima threshold's blocks: 64 contiguous fp32 scores (4 cache lines)
+N_BUCKETS = 256  # its histogram of block maxima
+_KEY_NEG_INF = np.int32(-2139095041)  # key(-inf): the order-preserving int32 key of -inf
+
+
+_LANES = 8  # fp32 lanes of an AVX2 vector
+
+
+def _v8_loads(builder, addr, n):
+    """n consecutive 8-lane fp32 vectors from byte address addr (unaligned loads)."""
+    v8p = ir.PointerType(ir.VectorType(ir.FloatType(), _LANES))
+    return [builder.load(builder.inttoptr(builder.add(addr, ir.Constant(addr.type, 32 * j)), v8p), align=4)
+            for j in range(n)]
+
+
+def _splat(builder, x):
+    """x in every lane of an 8-lane fp32 vector."""
+    i32 = ir.IntType(32)
+    undef = ir.Constant(ir.VectorType(ir.FloatType(), _LANES), ir.Undefined)
+    return builder.shuffle_vector(builder.insert_element(undef, x, ir.Constant(i32, 0)), undef,
+                                  ir.Constant(ir.VectorType(i32, _LANES), [0] * _LANES))
+
+
+def _vmax(builder, a, b):
+    """Lane-wise max as one vmaxps (a > b ? a : b; no NaN handling: scores are never NaN)."""
+    return builder.select(builder.fcmp_ordered(">", a, b), a, b)
+
+
+def _block_maxima_intrinsic(count: bool):
+    """An intrinsic (row_addr, n_blocks, out_addr, p) -> int64: out[b] = the largest fp32 score of
+    the row's b-th block of BLOCK (a float max tree over 8-lane vectors, then across the lanes),
+    and with ``count`` (higher << 32) | equal, how many scores are > p / == p (lane counters),
+    else 0. Written in LLVM IR as ``kernels.gemm.micro_tile`` is: numba leaves a float max
+    reduction scalar, which cost 1.5x this pass (and 1.6x with the counts)."""
+
+    def block_maxima_ir(typingctx, row_addr, n_blocks, out_addr, p):
+        sig = types.int64(types.int64, types.int64, types.int64, types.float32)
+
+        def codegen(context, builder, signature, args):
+            row0, nb, out0, pv = args
+            i32, i64 = ir.IntType(32), ir.IntType(64)
+            v8i = ir.VectorType(i32, _LANES)
+            ps = _splat(builder, pv)
+            acc = [cgutils.alloca_once(builder, v8i) for _ in range(2)]
+            for slot in acc:
+                builder.store(ir.Constant(v8i, [0] * _LANES), slot)
+            with cgutils.for_range(builder, nb) as loop:
+                vs = _v8_loads(builder, builder.add(row0, builder.mul(loop.index, ir.Constant(i64, 4 * BLOCK))),
+                               BLOCK // _LANES)
+                if count:  # a true compare is -1 in its lane: subtracting counts it
+                    for slot, op in zip(acc, (">", "==")):
+                        total = builder.load(slot)
+                        for v in vs:
+                            total = builder.sub(total, builder.sext(builder.fcmp_ordered(op, v, ps), v8i))
+                        builder.store(total, slot)
+                while len(vs) > 1:
+                    vs = [_vmax(builder, vs[j], vs[j + 1]) for j in range(0, len(vs), 2)]
+                m = vs[0]
+                for width in (4, 2, 1):  # across the lanes: halves, quarters, eighths
+                    lo = builder.shuffle_vector(m, m, ir.Constant(ir.VectorType(i32, width), list(range(width))))
+                    hi = builder.shuffle_vector(m, m, ir.Constant(ir.VectorType(i32, width),
+                                                                  list(range(width, 2 * width))))
+                    m = _vmax(builder, lo, hi)
+                dst = builder.inttoptr(builder.add(out0, builder.mul(loop.index, ir.Constant(i64, 4))),
+                                       ir.PointerType(ir.FloatType()))
+                builder.store(builder.extract_element(m, ir.Constant(i32, 0)), dst)
+            sums = []
+            for slot in acc:
+                v = builder.load(slot)
+                total = ir.Constant(i32, 0)
+                for lane in range(_LANES):
+                    total = builder.add(total, builder.extract_element(v, ir.Constant(i32, lane)))
+                sums.append(builder.zext(total, i64))
+            return builder.or_(builder.shl(sums[0], ir.Constant(i64, 32)), sums[1])
+
+        return sig, codegen
+
+    block_maxima_ir.__name__ = "block_maxima_count_ir" if count else "block_maxima_ir"
+    return intrinsic(block_maxima_ir)
+
+
+block_maxima_count_ir = _block_maxima_intrinsic(True)
+block_maxima_ir = _block_maxima_intrinsic(False)
+
+
+@intrinsic
+def ge_mask(typingctx, addr, t):
+    """Bit c of the uint64 result: whether the fp32 score at addr + 4c is >= t (c < BLOCK = 64),
+    eight compares and their sign masks (vcmpps, vmovmskps): no flag bytes stored and read back."""
+    sig = types.uint64(types.int64, types.float32)
+
+    def codegen(context, builder, signature, args):
+        a0, tv = args
+        i64 = ir.IntType(64)
+        ts = _splat(builder, tv)
+        mask = ir.Constant(i64, 0)
+        for j, v in enumerate(_v8_loads(builder, a0, BLOCK // _LANES)):
+            bits = builder.zext(builder.bitcast(builder.fcmp_ordered(">=", v, ts), ir.IntType(_LANES)), i64)
+            mask = builder.or_(mask, builder.shl(bits, ir.Constant(i64, _LANES * j)))
+        return mask
+
+    return sig, codegen
+
+
+@numba.njit(inline="always")
+def fp32_key(x):
+    """The int32 order-preserving key of an fp32 score's bits x (-0.0 mapped with 0.0): key order
+    is the scores' order, ties included."""
+    key = np.int32(x ^ np.int32(np.int32(x >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    return np.int32(key + np.int32(key == np.int32(-1)))
+
+
+@numba.njit(cache=True)  # (not inlined, as collect_blocks: called once a row, and the callers' code stays small)
+def block_maxima(row, ri, bm, p, count):
+    """bm[b] = the largest key of the row's b-th block of BLOCK scores (the last, shorter block
+    included), where key is the int32 order-preserving map of the fp32 bits, -0.0 mapped with
+    0.0 so that key order is the scores' order, ties included. The full blocks' maxima come from
+    one vectorised pass (``block_maxima_ir``: float maxima, keyed afterwards; a float max
+    orders -0.0 and 0.0 as equal, and so do their keys). With ``count``, the scores above /
+    equal to p are counted on the way (the first positive's rank). Returns (blocks, higher, equal)."""
+    C = row.shape[0]
+    nb = C // BLOCK
+    h = np.int32(0)
+    e = np.int32(0)
+    if nb > 0:
+        if count:
+            he = block_maxima_count_ir(row.ctypes.data, nb, bm.ctypes.data, np.float32(p))
+            h = np.int32(he >> 32)
+            e = np.int32(he & 0xFFFFFFFF)
+        else:
+            block_maxima_ir(row.ctypes.data, nb, bm.ctypes.data, np.float32(p))
+        for b in range(nb):  # float bits -> keys (vectorises)
+            bm[b] = fp32_key(bm[b])
+    if nb * BLOCK < C:
+        m = np.int32(-2147483648)
+        for c in range(nb * BLOCK, C):
+            key = fp32_key(ri[c])
+            m = key if key > m else m
+            if count:
+                y = row[c]
+                h = np.int32(h + np.int32(y > p))
+                e = np.int32(e + np.int32(y == p))
+        bm[nb] = m
+        nb += 1
+    return nb, h, e
+
+
+@numba.njit(inline="always")
+def block_threshold(bm, nb, k, hist):
+    """A key that at least k of the blocks' maxima reach, and few more: the lower edge of the
+    histogram bucket (N_BUCKETS over the finite maxima's range) where the count from the top
+    reaches k. Each such block holds a score at or above it, so the row's top-k does too, and
+    only the blocks whose maximum reaches it need a look (about k of them, ~1.17 k scores
+    collected for k = 100 at BLOCK = 64 on Gaussian scores, against ~2 k for the sampled
+    threshold). Returns (found, key); not found when fewer than k blocks hold a finite score."""
+    lo = np.int64(2147483647)
+    hi = np.int64(_KEY_NEG_INF)
+    nf = 0
+    for b in range(nb):
+        v = np.int64(bm[b])
+        if v > _KEY_NEG_INF:
+            nf += 1
+            lo = min(lo, v)
+            hi = max(hi, v)
+    if nf < k:
+        return False, np.int64(0)
+    shift = 0
+    while ((hi - lo) >> shift) >= N_BUCKETS:
+        shift += 1
+    hist[:] = 0
+    for b in range(nb):
+        v = np.int64(bm[b])
+        if v > _KEY_NEG_INF:
+            hist[(v - lo) >> shift] += 1
+    total = 0
+    for j in range(N_BUCKETS - 1, -1, -1):
+        total += hist[j]
+        if total >= k:
+            return True, lo + (np.int64(j) << shift)
+    return True, lo  # (not reached: nf >= k)
+
+
+@numba.njit(inline="always")
+def append_capped(bv, bi, n, x, i):
+    """Entry n of the buffer := (x, i) if it has room; the count goes on regardless (an overflow
+    is seen by the caller). Returns n + 1."""
+    if n < bv.shape[0]:
+        bv[n] = x
+        bi[n] = i
+    return n + 1
+
+
+@numba.njit(cache=True)
+def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
+    """The first chunk's candidates at or above the block threshold t_key, in ascending pool
+    index: only the blocks whose maximum reaches it are looked at (their indices gathered first
+    into sel without a branch per block: which blocks qualify is random), each full block by one
+    64-bit mask of its scores >= the threshold (``ge_mask``), the set bits found by trailing
+    zeros. About k + k/6 are found (no compaction): they are written straight into the buffer;
+    should they overflow it (heavy ties at the threshold), the blocks are collected again through
+    ``take``, which compacts. tr: the row dtype's 1-element scratch. Returns (n, t, strict)."""
+    kk = np.int32(t_key)
+    ti = tr.view(np.int32)
+    ti[0] = np.int32(kk ^ np.int32(np.int32(kk >> np.int32(31)) & np.int32(0x7FFFFFFF)))
+    tt = tr[0]  # the score whose key is t_key (a score >= it has a key >= t_key, ties included)
+    C = row.shape[0]
+    ns = 0
+    for b in range(nb):
+        sel[ns] = b
+        ns += np.int64(bm[b] >= kk)
+    base = row.ctypes.data
+    n = 0
+    for j in range(ns):
+        c0 = sel[j] * BLOCK
+        if c0 + BLOCK <= C:
+            w = ge_mask(base + 4 * c0, np.float32(tt))
+            while w != 0:
+                c = c0 + np.int64(trailing_zeros(w))
+                w &= w - np.uint64(1)
+                n = append_capped(bv, bi, n, row[c], a + c)
+        else:  # the short last block
+            for c in range(c0, C):
+                if row[c] >= tt:
+                    n = append_capped(bv, bi, n, row[c], a + c)
+    if n <= bv.shape[0]:
+        return n, np.float64(tt), False
+    t = np.float64(tt)  # overflow: again, compacting on the way
+    strict = False
+    n = 0
+    for j in range(ns):
+        c0 = sel[j] * BLOCK
+        for c in range(c0, min(C, c0 + BLOCK)):
+            n, t, tt, strict = take(row, c, a, k, bv, bi, n, t, tt, strict, tr)
+    return n, t, strict
+
+
+@numba.njit(inline="always")
+def flag_rank(row, t, strict, fl, r, thr, higher, equal):
+    """Flag the row's scores against t, counting the first positive's higher/equal on the way."""
+    if thr.shape[1] > 0:
+        h, e = flag_count(row, t, strict, fl, thr[r, 0])
+        higher[r, 0] += h
+        equal[r, 0] += e
+    else:
+        flag(row, t, strict, fl)
+
+
+@numba.njit(inline="always")
+def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, rowi, bm, hist, sel):
+    """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
+    way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
+    others one estimated from a sample and kept only if
+    at least k scores reach it (so the top-k lies at or above it); otherwise a lower one, then
+    every finite candidate. Later chunks collect what reaches the row's current threshold.
+    Returns (n, t, strict)."""
+    if n >= 0:
+        tr[0] = t
+        flag_rank(row, tr[0], strict, fl, r, thr, higher, equal)
+        return collect(row, a, fl, t, strict, k, bv, bi, n, tr)
+    if rowi.shape[0] > 0 and row.shape[0] // BLOCK >= k:  # fp32 rows of >= k blocks: block maxima
+        count = thr.shape[1] > 0
+        nb, h, e = block_maxima(row, rowi, bm, thr[r, 0] if count else row[0], count)
+        if count:
+            higher[r, 0] += h
+            equal[r, 0] += e
+        found, t_key = block_threshold(bm, nb, k, hist)
+        if found:
+            return collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel)
+        tr[0] = -np.inf  # fewer than k blocks hold a finite score: every finite candidate
+        flag(row, tr[0], True, fl)
+        return collect(row, a, fl, -np.inf, True, k, bv, bi, 0, tr)
+    t, ns, m = sample_threshold(row, k, sample)
+    if t != -np.inf:
+        tr[0] = t
+        flag_rank(row, tr[0], False, fl, r, thr, higher, equal)
+        n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
+        if n >= k:
+            return n, t2, strict
+        t = kth_largest(sample, ns, min(ns, 4 * m))  # unlucky sample: a lower threshold
+        if t != -np.inf:
+            tr[0] = t
+            flag(row, tr[0], False, fl)
+            n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
+            if n >= k:
+                return n, t2, strict
+        tr[0] = -np.inf  # every finite candidate (-inf ones never enter: excluded, or padding)
+        flag(row, tr[0], True, fl)
+    else:
+        tr[0] = -np.inf
+        flag_rank(row, tr[0], True, fl, r, thr, higher, equal)
+    return collect(row, a, fl, -np.inf, True, k, bv, bi, 0, tr)
+
+
+@numba.njit(inline="always")
+def rank_counts(row, r, a, thr, pos, higher, equal, first):
+    """Add to higher/equal[r] how many of the chunk's candidates score above / tie with each
+    positive from the first-th on (the earlier ones are counted by the caller), then take back the positives' own contributions (a positive in this chunk is
+    counted like any candidate)."""
+    C = row.shape[0]
+    P = thr.shape[1]
+    for j in range(first, P):
+        h, e = count_above(row, thr[r, j])
+        higher[r, j] += h
+        equal[r, j] += e
+    for j in range(P):
+        p = pos[r, j]
+        if p >= a and p < a + C:
+            v = row[p - a]
+            for jj in range(P):
+                higher[r, jj] -= v > thr[r, jj]
+                equal[r, jj] -= v == thr[r, jj]
+
+
+@numba.njit(inline="always")
+def row_scratch(s, k, bv, more):
+    """One thread's scratch for ``scan_row`` over rows of s's length and dtype: the flags (whole
+    32-byte spans, zero past the row), the threshold's sample, a 1-element score of s's dtype,
+    the final sort's scratch (only when no chunk follows), the block maxima, their histogram,
+    the selected blocks and the buffer of a row seen in one chunk (only when no chunk follows)."""
+    C = s.shape[-1]
+    fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
+    sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
+    tr = np.empty(1, dtype=s.dtype)
+    keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(bv.shape[1] if not more else 0, bv)
+    bm = np.empty(C // BLOCK + 1, dtype=np.int32)
+    bhist = np.empty(N_BUCKETS, dtype=np.int32)
+    sel = np.empty(C // BLOCK + 1, dtype=np.int64)
+    width = bv.shape[1] if not more else 0
+    own_v, own_i = np.empty(width, dtype=bv.dtype), np.empty(width, dtype=np.int64)
+    return fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i
+
+
+@numba.njit(inline="always")
+def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
+             narrow, out_v, out_i, scratch):
+    """Row r's visit of ``scan`` (row: its scores in this chunk, rowi: their int32 view when fp32,
+    else empty; scratch: ``row_scratch``)."""
+    fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i = scratch
+    first = 0
+    if k > 0:
+        # a row whose first chunk is its last collects into the thread's own buffer (in cache)
+        # rather than into its row of bv/bi: nothing needs the candidates after the sort
+        alone = not more and bn[r] < 0
+        rv = own_v if alone else bv[r]
+        rix = own_i if alone else bi[r]
+        n, t, strict = topk_row(row, a, k, rv, rix, bn[r], bt[r], bs[r], fl, sample, tr,
+                                r, thr, higher, equal, rowi, bm, bhist, sel)
+        if more and not strict and n > k:  # later chunks: only what beats the k-th best
+            n, t = keep_best(rv, rix, n, k)
+            strict = True
+        bn[r], bt[r], bs[r] = n, t, strict
+        if not more:
+            finish_row(rv, rix, n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
+        first = 1
+    rank_counts(row, r, a, thr, pos, higher, equal, first)
+    if want_finite:
+        finite[r] += count_finite(row)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, narrow, out_v,
+         out_i, n_threads):
+    """One visit per row of chunk s (pool indices from a): rank counts into higher/equal, finite
+    counts into finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before
+    the row's first chunk), threshold bt and strictness bs updated in place. more: later chunks
+    follow (a buffer still on its sampled threshold is then cut to its k best, so that those
+    chunks collect only what beats the k-th best so far); when none do, each row's top-k is
+    sorted into out_v/out_i right away, while its buffer is in cache (as ``finish``; narrow: every
+    score seen is an fp32 value). ri: s's int32 view when s is fp32 (the block-maxima threshold),
+    else B x 0."""
+    B = s.shape[0]
+    n_blocks = max(1, min(B, n_threads))
+    for th in numba.prange(n_blocks):
+        scratch = row_scratch(s, k, bv, more)
+        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
+            scan_row(s[r], ri[r], r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
+                     narrow, out_v, out_i, scratch)
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs,
+              more, out_v, out_i, blocks, n_threads):
+    """``scan`` over the chunk's scores q @ candidates (bp: the C candidates packed by
+    ``kernels.gemm.pack_columns``), computed here a block of MC query rows at a time and scanned
+    while the block is in cache (it is never written to memory whole). Row r's excluded
+    candidates, ex_col[ex_off[r]:ex_off[r+1]] (chunk columns), score -inf. The scores are the
+    bits ``kernels.gemm.gemm`` writes. blocks: each thread's block of scores (n_threads x >= MC
+    x Cp), reused from call to call (fresh pages cost more than the scan here)."""
+    B, K = q.shape
+    Cp = bp.shape[0] * NR
+    n_blocks = max(1, min(B, n_threads))
+    for th in numba.prange(n_blocks):
+        ap = np.empty((MC // MR, K, MR), dtype=np.float32)
+        tmp = np.empty((MR, NR), dtype=np.float32)
+        cb = blocks[th, : MC * Cp]  # one block's scores, rows Cp apart
+        cbi = cb.view(np.int32)
+        scratch = row_scratch(cb[:C], k, bv, more)
+        r1 = (th + 1) * B // n_blocks
+        for i0 in range(th * B // n_blocks, r1, MC):
+            i1 = min(r1, i0 + MC)
+            pack_rows(q, i0, i1, ap)
+            block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
+            for r in range(i0, i1):
+                o = (r - i0) * Cp
+                for j in range(ex_off[r], ex_off[r + 1]):
+                    cb[o + ex_col[j]] = -np.inf
+                scan_row(cb[o : o + C], cbi[o : o + C], r, a, thr, pos, want_finite, higher, equal, finite, k, bv,
+                         bi, bn, bt, bs, more, True, out_v, out_i, scratch)
+
+
+def buffer_width(k: int) -> int:
+    """The top-k buffer's width per row: k kept, room for k + 256 more before the next compaction
+    """
+    return 2 * k + 256 if k > 0 else 0
+
+
+def threads() -> int:
+    """How many threads the parallel kernels run on (numba's setting)."""
+    return int(numba.get_num_threads())
+
+
+@numba.njit(inline="always")
+def sort_scratch(width, bv):
+    """One thread's scratch for ``finish_row`` (radix keys, the ping-pong copies, byte
+    histograms, fp32 view), for rows of ``width`` buffered scores of ``bv``'s dtype."""
+    return (np.empty(width, dtype=np.uint64), np.empty(width, dtype=np.uint64), np.empty(width, dtype=bv.dtype),
+            np.empty(width, dtype=np.int64), np.empty((8, 256), dtype=np.int64), np.empty(width, dtype=np.float32))
+
+
+@numba.njit(inline="always")
+def counts_to_offsets(h):
+    """A radix pass's byte histogram -> each byte value's first slot (exclusive prefix sum), in place."""
+    total = 0
+    for b in range(h.shape[0]):
+        c = h[b]
+        h[b] = total
+        total += c
+
+
+@numba.njit
+def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
+    """Sort v[:n] / ix[:n] (held in ascending pool index) into rank order: score descending, ties
+    in the order held. A stable LSD radix sort on the scores' bits (fp32 bits when every score
+    is an fp32 value: ``narrow``; else fp64), 8 bits a pass, passes whose byte is the same for
+    every entry skipped: no comparisons, so no mispredicted branches (a comparison sort of ~200
+    entries costs several times more). keys/tmp_*/f32: scratch of n entries; hist: 8 x 256."""
+    nd = 4 if narrow else 8
+    hist[:nd, :] = 0
+    if narrow:
+        for i in range(n):
+            f32[i] = v[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
+        raw = f32.view(np.uint32)
+    bits = v.view(np.uint64)
+    top_bit = np.uint64(1 << (8 * nd - 1))
+    ones = np.uint64((1 << 32) - 1) if narrow else ~np.uint64(0)
+    for i in range(n):
+        if narrow:
+            u = np.uint64(raw[i])
+        else:
+            u = bits[i] if v[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
+        # order-preserving map of the float's bits, complemented: ascending keys = descending scores
+        u = (u ^ ones) if u & top_bit else (u | top_bit)
+        u = u ^ ones
+        keys[i] = u
+        for d in range(nd):
+            hist[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
+    src_k, src_v, src_i = keys, v, ix
+    dst_k, dst_v, dst_i = tmp_k, tmp_v, tmp_i
+    moved = False
+    for d in range(nd):
+        h = hist[d]
+        if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
+            continue
+        counts_to_offsets(h)
+        for i in range(n):
+            u = src_k[i]
+            b = (u >> np.uint64(8 * d)) & np.uint64(255)
+            p = h[b]
+            h[b] = p + 1
+            dst_k[p] = u
+            dst_v[p] = src_v[i]
+            dst_i[p] = src_i[i]
+        src_k, dst_k = dst_k, src_k
+        src_v, dst_v = dst_v, src_v
+        src_i, dst_i = dst_i, src_i
+        moved = not moved
+    if moved:  # the sorted entries are in the scratch: copy them back
+        for i in range(n):
+            v[i] = tmp_v[i]
+            ix[i] = tmp_i[i]
+
+
+@numba.njit
+def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
+    """``finish_row`` when every score is an fp32 value: the stable radix sort runs on one
+    uint64 a entry, the score's order-preserving fp32 key (complemented: ascending keys =
+    descending scores) above the entry's buffer position, which keeps equal keys in buffer
+    (pool index) order. 8 bits a pass over the key's 4 bytes, a byte the same for every entry
+    skipped. keys/tmp/f32: scratch of n entries; hist: 4 x 256."""
+    hist[:4, :] = 0
+    for i in range(n):
+        f32[i] = bv[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
+    raw = f32.view(np.uint32)
+    m32 = np.uint64((1 << 32) - 1)
+    b8 = np.uint64(255)
+    for i in range(n):
+        u = np.uint64(raw[i])  # (numba widens uint32 arithmetic: stay in uint64, masked)
+        u = (~u & m32) if u >> np.uint64(31) else (u | np.uint64(1 << 31))
+        u = ~u & m32
+        keys[i] = (u << np.uint64(32)) | np.uint64(i)
+        hist[0, u & b8] += 1
+        hist[1, (u >> np.uint64(8)) & b8] += 1
+        hist[2, (u >> np.uint64(16)) & b8] += 1
+        hist[3, (u >> np.uint64(24)) & b8] += 1
+    src, dst = keys, tmp
+    for d in range(4):
+        h = hist[d]
+        shift = np.uint64(32 + 8 * d)
+        if n == 0 or h[(src[0] >> shift) & b8] == n:  # one byte value: nothing moves
+            continue
+        counts_to_offsets(h)
+        for i in range(n):
+            u = src[i]
+            b = (u >> shift) & b8
+            p = h[b]
+            h[b] = p + 1
+            dst[p] = u
+        src, dst = dst, src
+    m = min(n, k)
+    for i in range(m):
+        j = src[i] & m32
+        out_v[i] = bv[j]
+        out_i[i] = bi[j]
+    for i in range(m, k):
+        out_v[i] = -np.inf
+        out_i[i] = -1
+
+
+@numba.njit(inline="always")
+def finish_row(bv, bi, n, k, narrow, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32):
+    """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i."""
+    if narrow:
+        topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, hist, f32)
+        return
+    if n > 0:
+        sort_pairs(bv, bi, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32)
+    n = min(n, k)
+    for i in range(n):
+        out_v[i] = bv[i]
+        out_i[i] = bi[i]
+    for i in range(n, k):
+        out_v[i] = -np.inf
+        out_i[i] = -1
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def finish(bv, bi, bn, k, narrow, out_v, out_i, n_threads):
+    """Each row's top-k in rank order (score descending; ties: the lower pool index) into
+    out_v/out_i, -inf/-1 beyond a row's size (the buffers are left sorted; narrow: every score is an
+    fp32 value). The buffer holds the
+    top-k and more (everything that reached the row's threshold): sorting it whole, by radix,
+    costs less than selecting the k best first."""
+    B, width = bv.shape
+    n_blocks = max(1, min(B, n_threads))
+    for th in numba.prange(n_blocks):
+        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width, bv)
+        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
+            finish_row(bv[r], bi[r], max(bn[r], 0), k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
+                       hist, f32)

@@ -1,0 +1,284 @@
+"""Ranker discovery through the ``rbench.rankers`` entry-point group.
+
+Built-in rankers register there exactly like third-party ones, so there is one way in. Loading an
+entry point imports only the plugin module; plugins keep heavy imports (torch, RecBole,
+transformers) inside their methods so that listing rankers stays instant.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rbench.api import RunContext
+from rbench.core.config import build_config, config_dict
+from rbench.core.errors import RBenchError, unknown
+
+GROUP = "rbench.rankers"
+
+
+@dataclass
+class NoOptions:
+    """Options of a ranker that has none."""
+
+
+FLOAT32_KERNELS = 1e-5  # ``score_tolerance`` of torch models: fp32 GEMMs whose blocking follows the batch's
+# shape give one pair scores a few ulps apart in calls of different sizes (measured: <= 3e-7 relative)
+
+
+class BaseRanker:
+    """Convenience base: typed options (``Config``), metadata, no-op ``fit``/``index``.
+
+    Subclasses set ``name``, ``version``, ``Config`` (a dataclass whose defaults are the paper's
+    settings), ``domains`` (the task domains the ranker applies to) and ``transfers``.
+
+    ``transfers``: whether what ``fit`` learns still means something on another task's pool, so
+    that the ranker may be fitted on one task and scored on another (``--variant from-<task>``,
+    the paper's zero-shot table). The rule: True when the fitted state reads candidates only
+    through their text (zero-shot rankers such as bm25, random, dense; text encoders fine-tuned
+    on the source, such as lranker, cross-encoder, rankllama; tiger, whose semantic IDs come from
+    text embeddings through its fitted quantiser); False when it is keyed on the training pool's
+    own items or labels (learned item embeddings of the RecBole family, popularity counts, a
+    router's per-model classes), which another pool does not have. False is the default, so a
+    plugin that says nothing is refused rather than scored on items it never saw.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = NoOptions
+    domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
+    transfers: ClassVar[bool] = False
+    # the engine's contract on scores (rbench.engine.evaluate.evaluate): ``set_dependent`` rankers (listwise,
+    # pairwise, a softmax over the call) get each query's whole list in one call; the others'
+    # scores of one pair must agree between calls within ``score_tolerance`` (relative; 0: bit for bit)
+    set_dependent: ClassVar[bool] = False
+    score_tolerance: ClassVar[float] = 0.0
+
+    def __init__(self, config: Any | None = None, context: RunContext | None = None) -> None:
+        self.cfg = config if config is not None else self.Config()
+        self.context = context or RunContext(cache_dir=Path(".rbench-cache"), seed=0)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return config_dict(self.cfg)
+
+    def fit(self, task: Any) -> None:  # zero-shot rankers learn nothing
+        return None
+
+    def index(self, pool: Any) -> None:
+        return None
+
+
+def _entry_points() -> dict[str, Any]:
+    eps = {}
+    for ep in entry_points(group=GROUP):
+        eps.setdefault(ep.name, ep)
+    return eps
+
+
+def _load_entry_point(ep: Any) -> Any:
+    """``ep.load()``, with the working folder unable to hide the plugin's package: ``python -m``,
+    ``python -c`` and notebooks put the working folder first on ``sys.path``, so a user's
+    ``rankers.py`` there would be imported in place of a plugin package named ``rankers`` (the
+    built-in rankers install as ``rbench_rankers`` so that no such file can take them). When
+    the package is not imported yet it is imported with the working folder off the path; when
+    the user's module already took its name, that is said in one line."""
+    import importlib.util
+    import os
+    import sys
+
+    module = str(getattr(ep, "module", "") or str(getattr(ep, "value", "")).partition(":")[0])
+    top = module.partition(".")[0]
+    if "." not in module or not top:
+        return ep.load()
+    loaded = sys.modules.get(top)
+    if loaded is not None:
+        if not hasattr(loaded, "__path__"):
+            raise RBenchError(f"ranker plugin {ep.name!r} lives in the package {top!r}, but {top!r} is the module "
+                              f"{getattr(loaded, '__file__', top)}: rename that file")
+        return ep.load()
+    cwd = os.path.realpath(os.getcwd())
+    here = [p for p in sys.path if os.path.realpath(p or ".") == cwd]
+    found = importlib.util.find_spec(top)
+    if not here or (found is not None and found.submodule_search_locations is not None):
+        return ep.load()
+    saved = list(sys.path)
+    sys.path[:] = [p for p in sys.path if p not in here]
+    try:
+        return ep.load()
+    finally:
+        sys.path[:] = saved
+
+
+def available_rankers() -> list[str]:
+    return sorted(_entry_points())
+
+
+def load_ranker_class(name: str) -> type:
+    eps = _entry_points()
+    if name not in eps:
+        raise unknown("ranker", name, eps)
+    ep = eps[name]
+    try:
+        cls = _load_entry_point(ep)
+    except ImportError as exc:
+        raise RBenchError(
+            f"ranker {name!r} needs a package that is not installed ({exc}); "
+            f"install the matching extra, e.g. pip install 'rbench[recsys]' / '[dense]' / '[lranker]'"
+        ) from exc
+    except Exception as exc:  # a broken plugin (a wrong class name, an error at import): name it
+        raise RBenchError(f"ranker plugin {name!r} ({getattr(ep, 'value', ep)}) cannot be loaded: "
+                          f"{type(exc).__name__}: {' '.join(str(exc).split())}") from exc
+    if not isinstance(cls, type):
+        raise RBenchError(f"ranker plugin {name!r} ({getattr(ep, 'value', ep)}) is not a class")
+    return cls
+
+
+@dataclass(frozen=True)
+class RankerRef:
+    """A ranker resolved once: the name its records are filed under, its class, where it came
+    from (``entry-point``, ``file:/abs/path.py:Class``, ``module:pkg.mod:Class``, ``object``)
+    and, for a ready-made object handed in from Python, the object itself."""
+
+    name: str
+    cls: type
+    source: str
+    instance: Any = None
+
+
+def _is_ranker_class(cls: Any) -> bool:
+    return isinstance(cls, type) and (callable(getattr(cls, "score", None))
+                                      or callable(getattr(cls, "encode_pool", None)))
+
+
+def _class_name(cls: type) -> str:
+    name = str(getattr(cls, "name", "") or cls.__name__)
+    return "".join(c if c.isalnum() or c in "-_." else "-" for c in name) or "ranker"
+
+
+def _load_from(spec: str) -> RankerRef:
+    """``path/to/file.py:Class`` or ``pkg.module:Class``: a ranker class that is not installed."""
+    import importlib
+    import importlib.util
+    import sys
+
+    where, _, attr = spec.rpartition(":")
+    path = Path(where).expanduser()
+    try:
+        if where.endswith(".py") or path.is_file():
+            if not path.is_file():
+                raise RBenchError(f"--ranker {spec}: no such file {where}")
+            mod_name = f"rbench_user_{path.stem}_{abs(hash(str(path.resolve()))) % 10**8}"
+            mspec = importlib.util.spec_from_file_location(mod_name, path)
+            if mspec is None or mspec.loader is None:
+                raise RBenchError(f"--ranker {spec}: {where} cannot be imported as a Python file")
+            module = importlib.util.module_from_spec(mspec)
+            sys.modules[mod_name] = module  # dataclasses and pickling look modules up by name
+            mspec.loader.exec_module(module)
+            source = f"file:{path.resolve()}:{attr}"
+        else:
+            module = importlib.import_module(where)
+            source = f"module:{where}:{attr}"
+    except RBenchError:
+        raise
+    except SystemExit as exc:  # sys.exit() in the file would end rbench silently (exit 0): say so
+        raise RBenchError(f"--ranker {spec}: ranker file {where} exited while being imported "
+                          f"(sys.exit({exc.code!r})); a ranker file must only define its classes") from exc
+    except ImportError as exc:
+        raise RBenchError(f"--ranker {spec}: cannot import {where} ({exc})") from exc
+    except Exception as exc:  # an error while running the file: name it, one line
+        raise RBenchError(f"--ranker {spec}: {where} failed to import: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}") from exc
+    cls = getattr(module, attr, None)
+    if cls is None:
+        names = [n for n, v in vars(module).items() if _is_ranker_class(v)]
+        raise unknown(f"ranker class in {where}", attr, names)
+    if not _is_ranker_class(cls):
+        raise RBenchError(f"--ranker {spec}: {attr} is not a ranker class (it needs score() or "
+                          f"encode_pool()/encode_queries(); see docs/guides/write-a-ranker.md)")
+    return RankerRef(_class_name(cls), cls, source)
+
+
+def resolve_ranker(ranker: Any) -> RankerRef:
+    """A registered name, ``file.py:Class`` / ``module:Class``, a ranker class or a ranker object
+    (anything with ``score`` or ``encode_pool``/``encode_queries``) as one ``RankerRef``."""
+    if isinstance(ranker, str):
+        if ":" in ranker and ranker not in _entry_points():
+            return _load_from(ranker)
+        return RankerRef(ranker, load_ranker_class(ranker), "entry-point")
+    if isinstance(ranker, type):
+        if not _is_ranker_class(ranker):
+            raise RBenchError(f"{ranker.__name__} is not a ranker class (it needs score() or "
+                              f"encode_pool()/encode_queries())")
+        return RankerRef(_class_name(ranker), ranker, f"class:{ranker.__module__}.{ranker.__qualname__}")
+    if _is_ranker_class(type(ranker)):
+        missing = [m for m in ("fit", "index") if not callable(getattr(ranker, m, None))]
+        if not callable(getattr(ranker, "encode_pool", None)) and missing:
+            raise RBenchError(f"ranker object {type(ranker).__name__} lacks {' and '.join(m + '()' for m in missing)} (the contract: "
+                              f"fit(task), index(pool), score(queries, candidates); see docs/guides/write-a-ranker.md)")
+        return RankerRef(_class_name(type(ranker)), type(ranker), "object", instance=ranker)
+    raise RBenchError(f"not a ranker: {type(ranker).__name__} (give a registered name, file.py:Class, "
+                      f"a ranker class or an object with score())")
+
+
+def ranker_options(cls: type) -> list[dict[str, Any]]:
+    cfg_cls = getattr(cls, "Config", NoOptions)
+    out = []
+    for f in dataclasses.fields(cfg_cls):
+        default = f.default if f.default is not dataclasses.MISSING else (
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+        )
+        out.append({"name": f.name, "type": str(f.type), "default": default})
+    return out
+
+
+def ranker_config(cls: type, overrides: dict[str, Any] | None = None, name: str = "") -> Any:
+    """The typed options of ranker class ``cls``: its ``Config`` with ``--set`` overrides checked
+    and parsed (the defaults when there are none)."""
+    return build_config(getattr(cls, "Config", NoOptions), overrides,
+                        owner=f"ranker {name or getattr(cls, 'name', cls.__name__)!r}")
+
+
+def _accepted(cls: type) -> set[str]:
+    """Which of ``config`` and ``context`` ``cls``'s ``__init__`` takes: a plain class with no
+    ``__init__`` of its own (README's ``LastItemMarkov``) takes neither."""
+    import inspect
+
+    wanted = {"config", "context"}
+    try:
+        params = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):  # no signature to read (a C type): build it the plugin way
+        return wanted
+    if any(p.kind is p.VAR_KEYWORD for p in params):
+        return wanted
+    return wanted & {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
+
+
+def build_ranker(cls: type, config: Any, context: RunContext | None, name: str = "") -> Any:
+    """An instance of ranker class ``cls``: with its typed options and run context as far as its
+    ``__init__`` takes them (by keyword), without when it takes neither. An error its ``__init__`` raises (a
+    missing GPU, a bad option it checks itself) is the user's to fix: one line naming it."""
+    label = name or getattr(cls, "name", "") or cls.__name__
+    try:
+        given = {"config": config, "context": context}
+        return cls(**{k: v for k, v in given.items() if k in _accepted(cls)})
+    except ValueError as exc:
+        raise RBenchError(f"ranker {label!r} could not be built: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}") from exc
+
+
+def default_config(cls: type, context: RunContext | None = None) -> dict[str, Any]:
+    """What the protocol's ``config`` of a ranker built with default options reports: the
+    reference a run's own ``config`` is compared with to find its non-default options."""
+    return dict(build_ranker(cls, ranker_config(cls), context).config or {})
+
+
+def make_ranker(name: str, overrides: dict[str, Any] | None = None,
+                context: RunContext | None = None) -> Any:
+    """Instantiate ranker ``name`` with ``--set`` overrides checked against its ``Config``."""
+    cls = load_ranker_class(name)
+    return build_ranker(cls, ranker_config(cls, overrides, name), context, name)

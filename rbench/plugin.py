@@ -1,0 +1,35 @@
+"""The toolkit for ranker plugins: what a ranker may use from rbench beyond the contract.
+
+A ranker (built in under ``rankers/``, or a third party's, registered in the ``rbench.rankers``
+entry-point group) imports the contract from ``rbench.api`` (``Pool``, ``Queries``, ``TaskData``,
+...) and everything else from here, so that rbench's internal layout can change without breaking
+a plugin. ``tests/test_imports.py`` holds the built-in rankers to that rule.
+
+- base class and its defaults: ``BaseRanker``, ``NoOptions``, ``FLOAT32_KERNELS``;
+- typed options with named presets: ``PresetOptions``; a short hash of a config: ``config_hash``;
+- errors a user should read as one line: ``RBenchError``;
+- the embedding cache: ``pool_embeddings`` (candidate vectors, encoded once per pool and model);
+- writes that never leave half a file: ``atomic_write_text``, ``atomic_path``, ``atomic_dir``;
+- scoring and measures for rankers that tune or check themselves on a validation split:
+  ``evaluate``, ``ranker_scorer``, ``vector_scorer``, ``MEASURES``, ``per_query``, ``aggregate``,
+  ``paired_randomization``;
+- task helpers: ``routing_outcomes`` (the per-model outcomes of a routing task's queries).
+"""
+
+from __future__ import annotations
+
+from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
+from rbench.core.config import PresetOptions, config_hash
+from rbench.core.errors import RBenchError
+from rbench.engine.embeddings import pool_embeddings
+from rbench.engine.evaluate import evaluate, ranker_scorer, vector_scorer
+from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker, NoOptions
+from rbench.results.significance import paired_randomization
+from rbench.tasks.families.routing import routing_outcomes
+
+__all__ = [
+    "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "aggregate",
+    "atomic_dir", "atomic_path", "atomic_write_text", "config_hash", "evaluate", "paired_randomization",
+    "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "vector_scorer",
+]

@@ -1,0 +1,666 @@
+"""One benchmark run, end to end: plan -> load task -> variant -> fit -> score -> RunRecord.
+
+The CLI parses strings into ``RunOptions``; ``make_plan`` resolves them once into a ``RunPlan`` (the
+task, its typed options, the ranker class and typed config, the parsed variant and, for a transfer
+``from-<task>``, its source task, the scoring mode, the processes of a launched run) and
+``execute`` carries that plan out. Nothing below the plan re-reads a name, re-parses an option or
+re-imports a plugin. ``run`` is both, for the Python API.
+
+Scoring has one road (``score``): an embedding ranker's candidate and query vectors are computed
+once and handed to the mode that ranks them (one process, or ``ray_shards`` Ray tasks) and to
+the ANN measurement; other rankers score through their own ``score``.
+
+A launched run (``torchrun`` or ``accelerate launch`` of ``rbench run``, seen from RANK,
+LOCAL_RANK and WORLD_SIZE) initialises ``torch.distributed`` and fits on every process (the
+ranker's data-parallel training), then process 0 alone scores and writes the RunRecord.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import numbers
+import os
+import time
+import warnings
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from rbench.api import RunContext, TaskData, TaskSpec
+from rbench.core import paths
+from rbench.core.atomic import remove_stale
+from rbench.core.config import config_dict, config_hash, non_default, plain_config
+from rbench.core.errors import RBenchError, unknown
+from rbench.core.hashing import source_digest
+from rbench.core.protocol import PROTOCOL_VERSION
+from rbench.engine import fused
+from rbench.engine.ann import BACKENDS as ANN_BACKENDS
+from rbench.engine.evaluate import (
+    EvalResult,
+    encode_pool,
+    encode_queries,
+    evaluate,
+    is_embedding_ranker,
+    require_one_call,
+    vector_scorer,
+)
+from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
+from rbench.engine.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
+from rbench.engine.runfile import run_file_bytes, run_width
+from rbench.results.record import (
+    RunRecord,
+    ensure_writable,
+    git_commit,
+    machine_info,
+    now_iso,
+    peak_rss_bytes,
+    per_query_bytes,
+    per_query_table,
+    read_record,
+    record_path,
+    run_tag,
+    write_run,
+)
+from rbench.tasks.family import Task
+from rbench.tasks.pools import Variant, parse_variant
+from rbench.tasks.registry import load, resolve
+
+TASK_PREFIX = "task."
+OVERWRITE = ("only-missing", "always", "never")
+SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
+MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
+# beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunSettings:
+    """How a run is carried out (numbers, a path, switches): given in ``RunOptions`` and kept as
+    they are in the ``RunPlan`` (nothing in them needs resolving)."""
+
+    seed: int = 0
+    max_queries: int | None = None
+    results_dir: Path = Path("results")
+    batch_size: int = 256
+    chunk_size: int = 65536
+    write: bool = True
+    ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
+    ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.engine.distributed); same metrics
+    topk: int = 100  # each query's top-k, written as a TREC run beside the record (--topk; 0: none)
+    # what to do when the run's RunRecord exists: only-missing (skip it when its effective config,
+    # ranker version and code, task fingerprint and evaluation protocol are this run's), always
+    # (run and replace), never (skip whenever the file exists)
+    overwrite: str = "only-missing"
+
+    def __post_init__(self) -> None:
+        """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
+        or less would never advance, a sample of 0 queries would silently be a full run."""
+        for flag, value, least in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
+                                   ("--chunk-size", self.chunk_size, 1), ("--max-queries", self.max_queries, 1),
+                                   ("--ray-shards", self.ray_shards, 1), ("--topk", self.topk, 0)):
+            if value is None and flag in ("--max-queries", "--ray-shards"):
+                continue
+            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
+                raise RBenchError(f"{flag} must be an integer, got {value!r}")
+            if value < least:
+                raise RBenchError(f"{flag} must be at least {least}, got {value}"
+                                  + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
+            if flag == "--seed" and value >= SEED_LIMIT:  # numpy/torch seeds keep 32 bits: 2**32 apart = one split
+                raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
+        if self.overwrite not in OVERWRITE:
+            raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunOptions(RunSettings):
+    """What the command line gave (names and option strings), before anything is resolved."""
+
+    ranker: Any  # a registered name, file.py:Class / module:Class, a ranker class or object
+    task: Any  # a task name, or a resolved rbench.tasks.family.Task
+    variant: str = "original"
+    sets: dict[str, str] = dataclasses.field(default_factory=dict)
+    rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.engine.rerank)
+    rerank_depth: str | int | None = None  # --rerank-depth: N >= 1 or 'all' (default: the ranker's, else 100)
+    force: bool = False  # --force: run an exhaustive rerank above the pair budget
+
+    def __post_init__(self) -> None:
+        """The user's ``--topk`` is capped here, not in ``RunSettings``: the plan's own top-k is
+        widened past it by the tied candidates a run file needs (``rbench.engine.runfile.run_width``)."""
+        super().__post_init__()
+        if self.topk > MAX_TOPK:  # the pool size is not known yet; the engine's top-k arrays are (queries, topk)
+            raise RBenchError(f"--topk must be at most {MAX_TOPK:,} (lines per query in the run file), got {self.topk:,}")
+
+
+@dataclass(frozen=True)
+class World:
+    """The processes of one run. ``torchrun`` and ``accelerate launch`` start each process with
+    LOCAL_RANK and WORLD_SIZE (and RANK) set: such a run is ``launched``. A plain run is a world
+    of one."""
+
+    rank: int = 0
+    local_rank: int = 0
+    size: int = 1
+    launched: bool = False
+
+    @classmethod
+    def from_env(cls, env: Mapping[str, str] | None = None) -> World:
+        env = os.environ if env is None else env
+        if "LOCAL_RANK" not in env or "WORLD_SIZE" not in env:
+            return cls()
+        local = int(env["LOCAL_RANK"])
+        return cls(rank=int(env.get("RANK", local)), local_rank=local, size=int(env["WORLD_SIZE"]), launched=True)
+
+    @property
+    def main(self) -> bool:
+        """The process that scores, prints and writes the RunRecord."""
+        return self.rank == 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunPlan(RunSettings):
+    """One run, resolved once by ``make_plan``: what ``execute`` and everything below it receive."""
+
+    task: Task  # the spec and the family that loads it
+    task_options: Any  # the task's typed options (None: it has none)
+    ranker: str  # the plugin's name (entry point)
+    ranker_cls: type
+    ranker_config: Any  # the ranker's typed options: its Config with --set applied
+    variant: Variant
+    world: World = World()
+    rerank: Any = None  # rbench.engine.rerank.RerankPlan: the two-stage protocol (None: an ordinary run)
+    ranker_source: str = "entry-point"  # where the class came from (RankerRef.source)
+    ranker_obj: Any = None  # a ready-made ranker object handed in from Python (used as it is)
+    source: Task | None = None  # the transfer variant's source task (fitted on; None: the task itself)
+
+    @property
+    def spec(self) -> TaskSpec:
+        return self.task.spec
+
+
+@dataclass
+class RunOutcome:
+    record: RunRecord
+    path: Path | None
+    per_query: dict[str, np.ndarray]
+    result: EvalResult | None = None  # the engine's result (its top-k is empty with topk=0)
+    skipped: str = ""  # why an existing RunRecord was kept instead of running (--overwrite)
+
+
+Progress = Callable[[str, int | None], Callable[[int], None]]
+
+
+def _no_progress(_desc: str, _total: int | None) -> Callable[[int], None]:
+    return lambda _n: None
+
+
+def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
+    """``--set`` keys starting with ``task.`` go to the task, the rest to the ranker."""
+    task = {k[len(TASK_PREFIX):]: v for k, v in sets.items() if k.startswith(TASK_PREFIX)}
+    ranker = {k: v for k, v in sets.items() if not k.startswith(TASK_PREFIX)}
+    return task, ranker
+
+
+def _options_dict(options: Any) -> dict[str, Any]:
+    return config_dict(options) if options is not None else {}
+
+
+def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
+    if not max_queries or max_queries >= len(data.test):
+        return data
+    rows = np.sort(np.random.default_rng(seed).choice(len(data.test), size=max_queries, replace=False))
+    return dataclasses.replace(data, test=data.test.take(rows))
+
+
+def _sample_size(max_queries: int | None, n_test: int) -> int | None:
+    """``--max-queries`` as run: a sample as large as the test split or larger is the full test
+    split, recorded as a full run (the same column and RunRecord), with a note."""
+    if max_queries is None or max_queries < n_test:
+        return max_queries
+    import warnings
+
+    warnings.warn(f"--max-queries {max_queries:,} >= the {n_test:,} test queries: evaluating all of them "
+                  "(recorded as a full run)", stacklevel=2)
+    return None
+
+
+def _task_key(task: str, variant: Variant) -> str:
+    """The task and variant as a RunRecord names them (``RunRecord.task_key``)."""
+    return task if variant.label in ("", "original") else f"{task}~{variant.label}"
+
+
+def apply_variant(data: TaskData, variant: Variant, seed: int, source: Task | None = None) -> TaskData:
+    """``data`` as the variant: a pool variant gets the registry's donors; a transfer gets its
+    source task (``source``, resolved by ``make_plan``; else resolved here) loaded with its default
+    options and the run's seed (the model is the one the source's own runs fit)."""
+    if variant.kind == "original":
+        return data
+    from rbench.tasks import pools
+
+    if variant.kind == "transfer":
+        task = source if source is not None else transfer_source(variant, resolve(data.spec.name))
+        return pools.transfer(data, load(task, task.options(None), seed))
+    from rbench.tasks.registry import BUILTIN, donor_pool
+
+    donors = pools.Donors(tuple(t.spec for t in BUILTIN.values()), donor_pool(seed))
+    return pools.apply_variant(data, variant, seed, donors)
+
+
+# --------------------------------------------------------------------------------------------
+# the plan
+# --------------------------------------------------------------------------------------------
+
+
+def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
+    """Resolve ``opts`` once; unknown names, bad options and bad variants fail here, before any
+    data is loaded. ``world``: the processes of the run (default: from the environment)."""
+    task = opts.task if isinstance(opts.task, Task) else resolve(_task_name(opts.task))
+    spec = task.spec
+    if opts.ann is not None and opts.ann not in ANN_BACKENDS:
+        raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
+    task_sets, ranker_sets = split_sets(opts.sets)
+    from rbench.engine.rerank import FIRST_PREFIX, make_rerank_plan
+
+    first_sets = {k[len(FIRST_PREFIX):]: v for k, v in ranker_sets.items() if k.startswith(FIRST_PREFIX)}
+    ranker_sets = {k: v for k, v in ranker_sets.items() if not k.startswith(FIRST_PREFIX)}
+    ref = resolve_ranker(opts.ranker)
+    _check_ranker_name(ref.name)
+    cls = ref.cls
+    if ref.instance is not None and ranker_sets:
+        raise RBenchError("options (--set) configure a ranker built by rbench; a ready-made ranker object "
+                          "carries its own: pass its class or name instead")
+    domains = getattr(cls, "domains", None)
+    if domains and spec.domain not in domains:
+        raise RBenchError(f"ranker {ref.name!r} does not apply to {spec.domain} tasks such as {spec.name!r} "
+                          f"(it applies to: {', '.join(domains)})")
+    world = world or World.from_env()
+    if world.launched:
+        ranker_sets = _launch_device(cls, ranker_sets, world)
+    rerank = make_rerank_plan(opts.rerank_from, opts.rerank_depth, first_sets, cls, spec.domain, force=opts.force)
+    if rerank is not None and opts.ann is not None:
+        raise RBenchError("--ann measures an embedding ranker's exact scan; it does not apply with --rerank-from")
+    settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
+    config = None if ref.instance is not None else ranker_config(cls, ranker_sets, ref.name)
+    variant = parse_variant(opts.variant)
+    source = None
+    if variant.kind == "transfer":
+        source = transfer_source(variant, task)
+        stages: list[tuple[str, type]] = [(ref.name, cls)]
+        if rerank is not None and rerank.ranker_cls is not None:  # stage 1 is fitted on the source too
+            stages.append((rerank.stage_name, rerank.ranker_cls))
+        for name, stage_cls in stages:
+            _require_transfers(name, stage_cls, variant, spec)
+    return RunPlan(task=task, task_options=task.options(task_sets), ranker=ref.name, ranker_cls=cls,
+                   ranker_config=config, variant=variant, world=world, rerank=rerank,
+                   ranker_source=ref.source, ranker_obj=ref.instance, source=source,
+                   **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def _check_ranker_name(name: str) -> None:
+    """A ranker's name names its RunRecord file (``rbench.results.record.record_path``): one starting with
+    '.' is a hidden file ``rbench table`` skips, one with a path separator a file elsewhere."""
+    if name.startswith(".") or "/" in name or "\\" in name:
+        raise RBenchError(f"ranker name {name!r} cannot name its RunRecord file: expected a name that does not "
+                          f"start with '.' and has no '/' or '\\' (set the class's `name`)")
+
+
+def _task_name(task: Any) -> str | TaskSpec:
+    """``task`` as ``resolve`` takes it (a name or a spec); anything else (None, a loaded
+    ``TaskData``) is refused in one line saying what is taken, not an error deep in a lookup."""
+    if isinstance(task, (str, TaskSpec)):
+        return task
+    hint = " (pass its .spec.name)" if isinstance(task, TaskData) else ""
+    raise RBenchError(f"task must be a task name such as 'ml-100k' (see rbench.list_tasks()) or a load_task(...) "
+                      f"result's .spec, not {type(task).__name__}{hint}")
+
+
+def transfer_source(variant: Variant, task: Task) -> Task:
+    """The source task of ``from-<source>``: a known task (else "did you mean"), not the task
+    itself, of the same domain (its queries are rendered in the same prompt template and its
+    items are the same kind of thing). One line each."""
+    try:
+        source = resolve(variant.source)
+    except RBenchError as exc:
+        raise RBenchError(f"variant {variant.label}: {exc}") from exc
+    spec = task.spec
+    if source.name == spec.name:
+        raise RBenchError(f"variant {variant.label}: the source is the task itself; for a ranker fitted "
+                          f"on {spec.name!r} use --variant original")
+    if source.spec.domain != spec.domain:
+        raise RBenchError(f"variant {variant.label}: {source.name!r} is a {source.spec.domain} task and "
+                          f"{spec.name!r} a {spec.domain} task; transfer needs a source of the same domain")
+    return source
+
+
+def _require_transfers(name: str, cls: type, variant: Variant, spec: TaskSpec) -> None:
+    """A ranker whose fit is keyed on the training pool's own items cannot score another pool
+    (``BaseRanker.transfers``): refused before any data is loaded."""
+    if not getattr(cls, "transfers", False):
+        raise RBenchError(f"ranker {name!r} cannot be fitted on {variant.source!r} and scored on {spec.name!r} "
+                          f"(--variant {variant.label}): what its fit learns is keyed on the training pool's own "
+                          "items (ids, counts or labels), which the other pool does not have (transfers = False)")
+
+
+def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
+    """A launched process's ranker runs on that process's GPU: a ranker with a ``device`` option
+    gets ``cuda:LOCAL_RANK`` (or ``cpu``) unless ``--set device=...`` says otherwise."""
+    import torch
+
+    fields = {f.name for f in dataclasses.fields(getattr(cls, "Config", NoOptions))}
+    if "device" not in fields or "device" in ranker_sets:
+        return ranker_sets
+    return {**ranker_sets, "device": f"cuda:{world.local_rank}" if torch.cuda.is_available() else "cpu"}
+
+
+def _join(world: World) -> bool:
+    """Initialise ``torch.distributed`` for a launched run; True when this run owns the group."""
+    import torch
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        return False
+    if torch.cuda.is_available():
+        torch.cuda.set_device(world.local_rank)
+    dist.init_process_group("nccl" if torch.cuda.is_available() else "gloo")
+    return True
+
+
+def _leave(owned: bool) -> None:
+    """Every process has fitted: wait for all, then let process 0 score on its own."""
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        dist.barrier()
+        if owned:
+            dist.destroy_process_group()
+
+
+# --------------------------------------------------------------------------------------------
+# running a plan
+# --------------------------------------------------------------------------------------------
+
+
+def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome | None:
+    """Plan and execute one run (None on the processes of a launched run other than process 0)."""
+    return execute(make_plan(opts), progress)
+
+
+def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | None:
+    """Carry out ``plan``: load, vary, subsample, fit, score, record. Returns None on the
+    processes of a launched run other than process 0 (they only fit)."""
+    spec, world = plan.spec, plan.world
+    if plan.write and world.main:  # the exact folder the record goes to, before any work
+        target = record_path(plan.results_dir, spec.scenario, _task_key(spec.name, plan.variant), plan.ranker, "")
+        ensure_writable(target.parent)
+        remove_stale(target.parent)  # temporaries of killed runs (a live writer's are younger: kept)
+    context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
+    ranker = plan.ranker_obj if plan.ranker_obj is not None else \
+        build_ranker(plan.ranker_cls, plan.ranker_config, context, plan.ranker)
+    if plan.write and world.main:  # the record's own path, as far as it is known before loading
+        _require_record_slot(plan, _identity(plan, ranker, context, plan.max_queries))
+    owned = _join(world) if world.launched else False
+
+    t0 = time.perf_counter()
+    step = progress(f"loading {spec.name}", 1)
+    data = load(plan.task, plan.task_options, seed=plan.seed)
+    data = apply_variant(data, plan.variant, plan.seed, plan.source)
+    max_queries = _sample_size(plan.max_queries, len(data.test))
+    data = subsample(data, max_queries, plan.seed)
+    load_s = time.perf_counter() - t0
+    step(1)
+    if plan.write and world.main and max_queries != plan.max_queries:  # the sample changed the file's name
+        _require_record_slot(plan, _identity(plan, ranker, context, max_queries))
+    if plan.write and world.main and plan.overwrite != "always":
+        kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint,
+                         data.info.get("source_fingerprint"), ranker)
+        if kept is not None:
+            return kept
+
+    if plan.rerank is None and data.test.candidates is None:  # refused before the fit, not after
+        require_one_call(plan.ranker, bool(getattr(ranker, "set_dependent", False)), len(data.pool), plan.chunk_size)
+    compile_s = fused.warmup()  # the engine's kernels, before any timer (a fit may evaluate on valid)
+    view = data.for_fit()  # a copy without the test labels (the runner keeps ``data``), made before the timer
+    t0 = time.perf_counter()
+    step = progress(f"fitting {plan.ranker}", 1)
+    ranker.fit(view)
+    fit_s = time.perf_counter() - t0
+    step(1)
+    if world.launched:
+        _leave(owned)
+        if not world.main:
+            return None
+
+    rerank_info, dropped = None, {}
+    # the engine keeps more than the run file's --topk lines: the tied candidates its lines need (rbench.engine.runfile)
+    wide = dataclasses.replace(plan, topk=run_width(plan.topk, data.test))
+    if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.engine.rerank)
+        from rbench.engine import rerank
+
+        result, rerank_info, dropped = rerank.score(wide, ranker, data, context, progress, score)
+        ann_info = None
+    else:
+        result, ann_info = score(wide, ranker, data, progress)
+    values = per_query(result.ranks, data.test.grades, RECORD_MEASURES)
+    metrics = {**aggregate(values), **aggregate(dropped)}
+
+    ranker_cfg = ranker.config
+    task_opts = _options_dict(plan.task_options)
+    diff = _identity(plan, ranker, context, max_queries)
+    chash = config_hash(diff) if diff else ""
+    first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
+    record = RunRecord(
+        task=spec.name,
+        variant=plan.variant.label,
+        scenario=spec.scenario,
+        task_fingerprint=data.fingerprint,
+        ranker={"name": plan.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
+                "source_sha256": source_digest(type(ranker)),
+                **({"source": plan.ranker_source} if plan.ranker_source != "entry-point" else {}),
+                **({"label": ranker.label} if isinstance(getattr(ranker, "label", None), str) else {})},
+        seed=plan.seed,
+        n_queries=len(data.test),
+        metrics=metrics,
+        timings={"load_s": round(load_s, 4), "fit_s": round(fit_s, 4),
+                 "index_s": round(result.timings.get("index_s", 0.0), 4),
+                 "score_s": round(result.timings["score_s"], 4),
+                 "per_query_ms": round(result.timings["per_query_ms"], 4),
+                 "compile_s": round(compile_s + result.timings.get("compile_s", 0.0), 4)},
+        peak_rss_bytes=peak_rss_bytes(),
+        git_commit=git_commit(),
+        created=now_iso(),
+        task_options=task_opts,
+        run_options={"max_queries": max_queries, "batch_size": plan.batch_size,
+                     "chunk_size": plan.chunk_size, "non_default": diff,
+                     **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
+                     **({"world_size": world.size} if world.size > 1 else {})},
+        task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
+                   "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
+        ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
+        machine=machine_info(),
+        config_hash=chash,
+        rerank=rerank_info or {},
+    )
+    record.per_query = per_query_table(data.test.ids, values, first_rank)
+    path = None
+    if plan.write:
+        path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
+        run_file = None
+        if plan.topk > 0:
+            try:
+                run_file = run_file_bytes(data.test, data.pool.ids, result, plan.topk, run_tag(record))
+            except RBenchError as exc:  # an id a TREC line cannot hold (a task imported before ids were checked)
+                warnings.warn(f"no run file: {exc}", stacklevel=2)
+        write_run(record, path, per_query_bytes(data.test.ids, values, first_rank), run_file)
+    # the top-k as asked for (the engine kept the run file's wider one)
+    result.topk_index, result.topk_score = result.topk_index[:, : plan.topk], result.topk_score[:, : plan.topk]
+    return RunOutcome(record=record, path=path, per_query=values, result=result)
+
+
+def _require_record_slot(plan: RunPlan, diff: dict[str, Any]) -> None:
+    """Refuse, before the work, a RunRecord path that cannot be a file: a folder (or anything
+    but a regular file) standing where the record goes would fail only at the final rename,
+    after the whole run."""
+    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
+                       config_hash(diff) if diff else "")
+    if path.exists() and not path.is_file():
+        kind = "a folder" if path.is_dir() else "not a regular file"
+        raise RBenchError(f"the RunRecord {path} is {kind}: move it away (a record is a file)")
+
+
+def _default_config(plan: RunPlan, context: RunContext) -> dict[str, Any]:
+    """What a default-built ranker of the plan's class reports (a ready-made object whose class
+    cannot be built without arguments has no defaults to compare with: all of its config counts)."""
+    try:
+        return default_config(plan.ranker_cls, context)
+    except Exception:
+        if plan.ranker_obj is None:
+            raise
+        return {}
+
+
+def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int | None) -> dict[str, Any]:
+    """The run's identity: its options that differ from the defaults, read from the protocol's
+    ``config`` (any plugin has one), compared with what a default-built ranker reports; the task
+    options, sample, seed and rerank spec likewise. Its hash names the RunRecord file."""
+    task_opts = _options_dict(plan.task_options)
+    diff = {"ranker": non_default(plain_config(ranker.config), plain_config(_default_config(plan, context))),
+            "task": non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
+            "max_queries": max_queries, "seed": plan.seed}
+    if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
+        from rbench.core.hashing import file_sha256
+        from rbench.engine.rerank import identity
+
+        rf = plan.rerank.run_file
+        diff["rerank"] = identity(plan.rerank, context, file_sha256(rf) if rf is not None else "")
+    return {k: v for k, v in diff.items() if v not in ({}, None, 0)}
+
+
+def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
+              source_fingerprint: str | None = None, ranker: Any = None) -> RunOutcome | None:
+    """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
+    (``never``: whenever it exists; ``only-missing``: when the ranker's version, source digest
+    and effective config, the task fingerprint (and a transfer's source fingerprint) and the
+    evaluation protocol (``rbench.core.protocol``) are this run's: a record written before the digest
+    or the protocol was recorded is run again); None: run."""
+
+    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
+                       config_hash(diff) if diff else "")
+    if not path.is_file():
+        return None
+    if plan.overwrite == "never":
+        return RunOutcome(record=read_record(path), path=path, per_query={}, skipped="exists (--overwrite never)")
+    try:
+        rec = read_record(path)
+    except RBenchError:
+        return None  # a damaged record is replaced
+    same = (rec.task_fingerprint == fingerprint and rec.protocol == PROTOCOL_VERSION
+            and _same_ranker(rec.ranker, ranker)
+            and rec.task_info.get("source_fingerprint") == source_fingerprint
+            and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
+            # what this run would add and the record lacks (a run file, an ANN measurement): run
+            and (bool(rec.run_file) or plan.topk == 0)
+            and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann))
+
+    return RunOutcome(record=rec, path=path, per_query={},
+                      skipped=f"same ranker, config, data and evaluation protocol {PROTOCOL_VERSION} "
+                              "(--overwrite only-missing)") if same else None
+
+
+def _same_ranker(recorded: dict[str, Any], ranker: Any) -> bool:
+    """Whether a record's ranker is this one: the same version, source digest and effective
+    config (a changed default changes the config but not its diff from the defaults)."""
+    if ranker is None:
+        return True
+    return (str(recorded.get("version", "")) == str(getattr(ranker, "version", ""))
+            and recorded.get("source_sha256") == source_digest(type(ranker))
+            and _canonical_json(plain_config(recorded.get("config") or {})) == _canonical_json(plain_config(ranker.config)))
+
+
+def _canonical_json(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+# --------------------------------------------------------------------------------------------
+# scoring: one road, two modes, one side measurement
+# --------------------------------------------------------------------------------------------
+
+
+def score(plan: RunPlan, ranker: Any, data: TaskData,
+          progress: Progress = _no_progress) -> tuple[EvalResult, dict[str, Any] | None]:
+    """Rank the test queries against the pool: the engine's result and the ANN measurement (None
+    unless ``plan.ann``).
+
+    A ranker with its own ``score`` is scanned by the engine through it. An embedding ranker's
+    candidate vectors (checked once) and query vectors (encoded once, in the engine's batches) are
+    computed here and handed to the mode: one process, or ``plan.ray_shards`` Ray tasks
+    (bit-identical results); the ANN measurement reads the same matrices. Timings: ``index_s`` is
+    the candidate encoding, ``score_s`` the query encoding plus the scan."""
+    test, pool = data.test, data.pool
+    desc = f"{plan.ranker} on {plan.spec.name}"
+    if not is_embedding_ranker(ranker):
+        for wanted, flag in ((plan.ray_shards, "--ray-shards"), (plan.ann, "--ann")):
+            if wanted:
+                raise RBenchError(f"{flag} needs an embedding ranker; {plan.ranker!r} scores with its own score()")
+        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
+                          topk=plan.topk, progress=progress(desc, len(test)))
+        return result, None
+    if plan.ray_shards and test.candidates is not None:
+        raise RBenchError("--ray-shards splits a shared pool; this task gives each query its own candidate list")
+    t0 = time.perf_counter()  # (execute warmed the engine's kernels up before any timer)
+    emb = encode_pool(ranker, pool)
+    index_s = time.perf_counter() - t0
+    t0 = time.perf_counter()
+    qv = encode_queries(ranker, test, emb.shape[1], plan.batch_size,
+                        progress(f"{plan.ranker}: encoding {len(test):,} queries", len(test)))
+    tick = progress(desc, len(test))
+    if plan.ray_shards:
+        result = _on_ray(plan, emb, qv, test)
+        tick(len(test))
+    else:
+        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
+                          topk=plan.topk, progress=tick,
+                          scorer=vector_scorer(emb, qv, test, ranker.name, pool_checked=True))
+    score_s = time.perf_counter() - t0
+    result.timings = {"index_s": index_s, "score_s": score_s, "per_query_ms": 1000.0 * score_s / max(len(test), 1),
+                      "compile_s": result.timings.get("compile_s", 0.0)}
+    return result, (_measure_ann(plan, emb, qv, test) if plan.ann else None)
+
+
+def _on_ray(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> EvalResult:
+    """Ray mode (``rbench.engine.distributed``): the candidate matrix goes to the workers as a file (its
+    own memory-mapped ``.npy`` or sharded directory; otherwise written once under RBENCH_HOME,
+    which must be shared storage on a cluster), the query vectors as an array."""
+    import tempfile
+
+    from rbench.engine.distributed import evaluate_sharded
+    from rbench.engine.sharded import ShardedArray
+
+    scratch = paths.cache_dir("ray")
+    scratch.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
+        if isinstance(emb, ShardedArray):
+            source = str(emb.directory)
+        elif isinstance(emb, np.memmap) and emb.filename and emb.offset == np.load(emb.filename, mmap_mode="r").offset \
+                and np.load(emb.filename, mmap_mode="r").shape == emb.shape:
+            source = str(emb.filename)
+        else:
+            source = str(Path(tmp) / "pool.npy")
+            out = np.lib.format.open_memmap(source, mode="w+", dtype=np.float32, shape=emb.shape)
+            for a in range(0, emb.shape[0], 262144):
+                out[a : a + 262144] = np.asarray(emb[a : a + 262144], dtype=np.float32)
+            out.flush()
+            del out
+        return evaluate_sharded(source, qv, test, plan.ray_shards, topk=plan.topk, batch_size=plan.batch_size,
+                                chunk_size=plan.chunk_size)
+
+
+def _measure_ann(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> dict[str, Any]:
+    """A faiss index over the candidate vectors, measured on <= 1000 of the test queries."""
+    from rbench.engine import ann
+
+    rows = np.arange(len(test))
+    if len(rows) > 1000:
+        rows = np.sort(np.random.default_rng(plan.seed).choice(rows, size=1000, replace=False))
+    return ann.measure(emb, qv[rows], [test.positives[int(i)] for i in rows], plan.ann, seed=plan.seed)
