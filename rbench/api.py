@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
+from numpy.typing import NDArray
 
 # --------------------------------------------------------------------------------------------
 # What a task is (declarative, like MTEB's TaskMetadata)
@@ -132,8 +133,8 @@ class Ragged:
     to memory-map, unlike a list of arrays.
     """
 
-    offsets: np.ndarray  # int64, len n_rows + 1, offsets[0] == 0
-    values: np.ndarray
+    offsets: NDArray[Any]  # int64, len n_rows + 1, offsets[0] == 0
+    values: NDArray[Any]
 
     def __post_init__(self) -> None:
         if self.offsets.ndim != 1 or len(self.offsets) == 0 or int(self.offsets[0]) != 0:
@@ -158,7 +159,7 @@ class Ragged:
     def __len__(self) -> int:
         return len(self.offsets) - 1
 
-    def __getitem__(self, i: int) -> np.ndarray:
+    def __getitem__(self, i: int) -> NDArray[Any]:
         """Row ``i``; negative indices count from the end, as for a list."""
         n = len(self)
         j = operator.index(i)
@@ -168,14 +169,14 @@ class Ragged:
             raise IndexError(f"Ragged row {i} out of range for {n} rows")
         return self.values[self.offsets[j] : self.offsets[j + 1]]
 
-    def __iter__(self) -> Iterator[np.ndarray]:
+    def __iter__(self) -> Iterator[NDArray[Any]]:
         for i in range(len(self)):
             yield self[i]
 
-    def lengths(self) -> np.ndarray:
+    def lengths(self) -> NDArray[Any]:
         return np.diff(self.offsets)
 
-    def take(self, rows: np.ndarray) -> Ragged:
+    def take(self, rows: NDArray[Any]) -> Ragged:
         rows = np.asarray(rows, dtype=np.int64)
         starts, ends = self.offsets[rows], self.offsets[rows + 1]
         lengths = ends - starts
@@ -192,12 +193,12 @@ class Ragged:
         lo, hi = int(self.offsets[start]), int(self.offsets[stop])
         return Ragged(self.offsets[start : stop + 1] - lo, self.values[lo:hi])
 
-    def row_ids(self) -> np.ndarray:
+    def row_ids(self) -> NDArray[Any]:
         """Row number of each value (for scatter operations)."""
         return np.repeat(np.arange(len(self), dtype=np.int64), self.lengths())
 
 
-def _private(a: np.ndarray) -> np.ndarray:
+def _private(a: NDArray[Any]) -> NDArray[Any]:
     """A copy no one else holds, marked read-only. (A read-only *view* is not enough: numpy lets
     its holder set ``writeable`` back whenever the base is writeable, and write through it.)"""
     out = np.array(a, copy=True)
@@ -225,9 +226,9 @@ class Pool:
     fetch texts by index (``pool.text_batch(idx)``) instead of copying them all.
     """
 
-    ids: np.ndarray  # str (object) array, unique
+    ids: NDArray[Any]  # str (object) array, unique
     texts: TextColumn
-    domains: np.ndarray | None = None  # per-candidate source tag (mixed/shift variants)
+    domains: NDArray[Any] | None = None  # per-candidate source tag (mixed/shift variants)
     name: str = ""
     fingerprint: str = ""
 
@@ -238,7 +239,7 @@ class Pool:
     def __len__(self) -> int:
         return len(self.ids)
 
-    def text_batch(self, idx: np.ndarray) -> list[str]:
+    def text_batch(self, idx: NDArray[Any]) -> list[str]:
         return [str(self.texts[int(i)]) for i in idx]
 
     def for_ranker(self) -> Pool:
@@ -267,15 +268,15 @@ class Queries:
     exclusions or meta; docs/contract.md).
     """
 
-    ids: np.ndarray
+    ids: NDArray[Any]
     texts: list[str]
     positives: Ragged
     grades: Ragged
     prompts: list[str] | None = None
     history: Ragged | None = None
-    candidates: np.ndarray | None = None
+    candidates: NDArray[Any] | None = None
     exclude: Ragged | None = None
-    user_ids: np.ndarray | None = None
+    user_ids: NDArray[Any] | None = None
     meta: dict[str, Any] = field(default_factory=dict)
     labelled: bool = True  # False: a label-free view (``unlabelled``): positives/grades empty rows
 
@@ -306,7 +307,9 @@ class Queries:
         during ``fit`` and label-free test queries alike; ``labelled`` tells them apart."""
         n = len(self.ids)
         empty = Ragged(_private(np.zeros(n + 1, dtype=np.int64)), _private(np.zeros(0, dtype=np.int64)))
-        maybe = lambda x: _private(x) if x is not None else None  # noqa: E731
+        def maybe(x: Any) -> Any:
+            return _private(x) if x is not None else None
+
         return Queries(
             ids=_private(self.ids), texts=list(self.texts), positives=empty,
             grades=Ragged(empty.offsets, _private(np.zeros(0, dtype=np.float64))),
@@ -324,7 +327,7 @@ class Queries:
         out.meta = copy.deepcopy(self.meta)
         return out
 
-    def take(self, rows: np.ndarray) -> Queries:
+    def take(self, rows: NDArray[Any]) -> Queries:
         rows = np.asarray(rows, dtype=np.int64)
         return self._select(lambda xs: xs[rows], lambda xs: [xs[int(i)] for i in rows], lambda r: r.take(rows))
 
@@ -338,7 +341,9 @@ class Queries:
                 ragged: Callable[[Ragged], Ragged]) -> Queries:
         """The same rows of every per-query field: arrays, text lists and Ragged each by their own
         selector (``take`` and ``slice`` differ only in those)."""
-        maybe = lambda pick, x: pick(x) if x is not None else None  # noqa: E731
+        def maybe(pick: Callable[[Any], Any], x: Any) -> Any:
+            return pick(x) if x is not None else None
+
         return Queries(
             ids=arrays(self.ids),
             texts=lists(self.texts),
@@ -353,7 +358,7 @@ class Queries:
             labelled=self.labelled,
         )
 
-    def batches(self, size: int) -> Iterator[tuple[np.ndarray, Queries]]:
+    def batches(self, size: int) -> Iterator[tuple[NDArray[Any], Queries]]:
         for start in range(0, len(self), size):
             stop = min(start + size, len(self))
             yield np.arange(start, stop), self.slice(start, stop)
@@ -437,7 +442,7 @@ class Ranker(Protocol):
 
     def index(self, pool: Pool) -> None: ...
 
-    def score(self, queries: Queries, candidates: np.ndarray) -> np.ndarray: ...
+    def score(self, queries: Queries, candidates: NDArray[Any]) -> NDArray[Any]: ...
 
 
 @runtime_checkable
@@ -457,9 +462,9 @@ class EmbeddingRanker(Protocol):
 
     def fit(self, task: TaskData) -> None: ...
 
-    def encode_pool(self, pool: Pool) -> np.ndarray: ...
+    def encode_pool(self, pool: Pool) -> NDArray[Any]: ...
 
-    def encode_queries(self, queries: Queries) -> np.ndarray: ...
+    def encode_queries(self, queries: Queries) -> NDArray[Any]: ...
 
 
 @dataclass

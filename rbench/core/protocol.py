@@ -55,7 +55,9 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # PROTOCOL_CODE names them one by one: no number moves
         "a198035b75bda748538cfe9bf1a68d15e9a864d51fb46fa1fdd1e9caa3df51bd",
         # both of the above merged
-        "a50e13d30a20495a782a5de109c2e6251b858d9543ad769edb782d6112188592"),
+        "a50e13d30a20495a782a5de109c2e6251b858d9543ad769edb782d6112188592",
+        # type annotations of the contract (mypy --strict): no number moves
+        "466f6ef3e23724760a7f642df78ceb280508b3b714309f36d341a6d88e5e474d"),
 }
 
 

@@ -31,9 +31,13 @@ import zlib
 from dataclasses import dataclass, field, fields, replace
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+from numpy.typing import NDArray
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 import rbench
 from rbench.core.atomic import atomic_write_bytes, locked
@@ -157,7 +161,7 @@ class RunRecord:
     def _plain_label(self) -> str:
         if self.ranker.get("label"):  # the ranker named its own configuration when it ran
             return str(self.ranker["label"])
-        name = self.ranker["name"]
+        name = str(self.ranker["name"])
         diff = (self.run_options.get("non_default") or {}).get("ranker") or {}
         if not diff:
             return name
@@ -273,7 +277,8 @@ def require_target(path: Path, option: str, *, folder: bool = False, suffix: str
         raise RBenchError(f"{option} {path} is a folder; give a file name")
 
 
-def per_query_table(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray):
+def per_query_table(query_ids: NDArray[Any], values: dict[str, NDArray[Any]],
+                    first_rank: NDArray[Any]) -> pd.DataFrame:
     """Per-query metrics as a DataFrame: query_id, one column per measure (rounded to 1e-10, as
     the per-query file holds them), rank (the best positive's)."""
     import pandas as pd
@@ -285,7 +290,7 @@ def per_query_table(query_ids: np.ndarray, values: dict[str, np.ndarray], first_
     return df
 
 
-def per_query_bytes(query_ids: np.ndarray, values: dict[str, np.ndarray], first_rank: np.ndarray) -> bytes:
+def per_query_bytes(query_ids: NDArray[Any], values: dict[str, NDArray[Any]], first_rank: NDArray[Any]) -> bytes:
     """Deterministic gzip'd CSV (mtime 0) so that re-running a run does not churn the repo."""
     raw = per_query_table(query_ids, values, first_rank).to_csv(index=False).encode()
     buf = io.BytesIO()
@@ -432,7 +437,7 @@ def load_records(results_dir: Path, scenario: str | None = None) -> list[tuple[P
     return [(p, read_record(p)) for p in sorted(root.rglob(f"*{RECORD_SUFFIX}")) if not p.name.startswith(".")]
 
 
-def read_per_query(record_file: Path, record: RunRecord):
+def read_per_query(record_file: Path, record: RunRecord) -> pd.DataFrame | None:
     """Per-query metrics of a record as a DataFrame; None (with a note naming the file when the
     record names one) when there is none, or it is missing, unreadable or not the file the
     record was written with (``per_query_sha256``)."""
@@ -460,7 +465,8 @@ def read_per_query(record_file: Path, record: RunRecord):
     return frame
 
 
-def _per_query_note(pq: Path, why: str) -> None:
+def _per_query_note(pq: Path, why: str) -> pd.DataFrame | None:
+    """The note a reader gets for a per-query file it cannot use; None: no frame."""
     warnings.warn(f"{pq} {why}: its run gets no significance test", stacklevel=3)
     return None
 
