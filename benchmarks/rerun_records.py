@@ -4,7 +4,7 @@
     python benchmarks/rerun_records.py --print results/**/*.json            # only print the commands
 
 Each record becomes one ``rbench run`` command: its ranker, task, variant, seed, test-query
-sample, non-default ranker and task options (``--set``), two-stage spec (``--rerank-from``,
+sample, its whole effective ranker and task config (``--set``), two-stage spec (``--rerank-from``,
 ``--rerank-depth``) and results folder (the record's path minus ``<scenario>/<task>/<file>``).
 ``--overwrite only-missing`` re-runs exactly the records that are stale (another evaluation
 protocol, ranker code, config or data) and keeps the rest. This is how the committed records are
@@ -37,9 +37,11 @@ def command(path: Path) -> list[str]:
     if rec.get("variant") not in (None, "", "original"):
         argv += ["--variant", rec["variant"]]
     non_default = rec.get("run_options", {}).get("non_default") or {}
-    for key, value in sorted((non_default.get("ranker") or {}).items()):
+    # the whole effective config, not its diff from the defaults of the day: a default that
+    # changed since would otherwise run another configuration
+    for key, value in sorted((ranker.get("config") or non_default.get("ranker") or {}).items()):
         argv += ["--set", f"{key}={_value(value)}"]
-    for key, value in sorted((non_default.get("task") or {}).items()):
+    for key, value in sorted((rec.get("task_options") or non_default.get("task") or {}).items()):
         argv += ["--set", f"task.{key}={_value(value)}"]
     if rec.get("seed"):
         argv += ["--seed", str(rec["seed"])]
