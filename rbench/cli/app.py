@@ -23,7 +23,7 @@ from rich.progress import (
 from rich.table import Table
 from rich.text import Text
 
-from rbench.core.console import PipeClosed, console, description_column, styled
+from rbench.core.console import PipeClosed, console, description_column, quiet_stdout, styled
 from rbench.core.errors import RBenchError, write_failure
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
@@ -527,11 +527,11 @@ def main(argv: list[str] | None = None) -> int:
         err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
         return 130
     except (BrokenPipeError, PipeClosed):  # the reader closed the pipe (`rbench rankers | head`)
-        _quiet_stdout()
+        quiet_stdout()
         return 0
     except SystemExit as exc:  # typer/click exits (--help)
         if exc.code == 1 and _stdout_gone():  # click or typer's rich met a closed pipe and exit 1
-            _quiet_stdout()
+            quiet_stdout()
             return 0
         return int(exc.code or 0)
     except OSError as exc:
@@ -597,18 +597,6 @@ def _stdout_gone() -> bool:
     except (OSError, ValueError):
         return False
     return (now.st_dev, now.st_ino) == (null.st_dev, null.st_ino)
-
-
-def _quiet_stdout() -> None:
-    """Point stdout at /dev/null, so that the interpreter's last flush finds no closed pipe (it
-    would print "Exception ignored ... BrokenPipeError" and exit 120)."""
-    import os
-
-    try:
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-    except (OSError, ValueError):  # stdout is not a real file (a test's capture)
-        pass
 
 
 def entry() -> None:

@@ -22,16 +22,22 @@ class PipeClosed(Exception):
     CLI ends quietly with 0 (rich's own handling exits 1)."""
 
 
+def quiet_stdout() -> None:
+    """Point stdout at /dev/null once its reader is gone, so that the interpreter's last flush
+    finds no closed pipe (it would print "Exception ignored ... BrokenPipeError" and exit 120)."""
+    import os
+
+    try:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+    except (OSError, ValueError):  # stdout is not a real file (a test's capture)
+        pass
+
+
 class _Console(Console):
     def on_broken_pipe(self) -> None:
         if self.quiet:
             return
-        import os
-
-        try:  # the interpreter's last flush must not meet the closed pipe again
-            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
-        except (OSError, ValueError):
-            pass
+        quiet_stdout()
         raise PipeClosed
 
 

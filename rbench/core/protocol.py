@@ -57,7 +57,9 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # both of the above merged
         "a50e13d30a20495a782a5de109c2e6251b858d9543ad769edb782d6112188592",
         # type annotations of the contract (mypy --strict): no number moves
-        "466f6ef3e23724760a7f642df78ceb280508b3b714309f36d341a6d88e5e474d"),
+        "466f6ef3e23724760a7f642df78ceb280508b3b714309f36d341a6d88e5e474d",
+        # the data-source note is read by folder alone: no number moves
+        "da45f88935196a423ac82d0fe9c2f5ff744a321dc9653ce84d0436814ce82ee8"),
 }
 
 

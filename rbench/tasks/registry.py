@@ -125,7 +125,7 @@ def data_source(task: Task) -> DataSource:
     if task.spec.embedded or not task.family.links_from:
         return DataSource(task.spec.sources[0].name if task.spec.sources else task.name, own=True,
                           how="imported" if task.family.name == "imported" else "ships with a package")
-    return read_provenance(task.spec, paths.raw_dir(task.name))
+    return read_provenance(paths.raw_dir(task.name))
 
 
 def load_task(name: str | TaskSpec | Task, options: dict[str, Any] | None = None, seed: int = 0) -> TaskData:

@@ -711,7 +711,7 @@ def write_provenance(folder: Path, source: DataSource) -> None:
     atomic_write_text(Path(folder) / PROVENANCE_FILE, json.dumps(source.as_info(), sort_keys=True) + "\n")
 
 
-def read_provenance(spec: TaskSpec, folder: Path) -> DataSource:
+def read_provenance(folder: Path) -> DataSource:
     """The data source of a task's raw folder: what ``write_provenance`` recorded there; files
     put there by hand (no record, or an unreadable one) are named by their file names."""
     try:

@@ -125,7 +125,7 @@ def test_prepare_from_records_what_the_data_is_and_the_table_names_it(tmp_path, 
     write_esci_files(src)
     code, _, err = run(capsys, "data", "prepare", "esci", "--from", str(src), "--source-name", "my | ESCI\nsample")
     assert code == 0, err
-    assert read_provenance(None, paths.raw_dir("esci")) == DataSource(  # type: ignore[arg-type]
+    assert read_provenance(paths.raw_dir("esci")) == DataSource(
         "my | ESCI sample", own=False, how="rbench data prepare --from")
     rbench.evaluate("bm25", "esci", results_dir=tmp_path / "res")
     rec = read_record(next((tmp_path / "res").rglob("bm25*.json")))
@@ -167,9 +167,9 @@ def test_files_a_task_pins_are_its_own_source_and_others_are_named(tmp_path):
     assert from_source(pinned, [good]).own is False
     assert from_source(pinned, [good], "Mine").name == "Mine"
     write_provenance(tmp_path, DataSource("Mine", own=False))
-    assert read_provenance(pinned, tmp_path).name == "Mine"
+    assert read_provenance(tmp_path).name == "Mine"
     (tmp_path / ".source.json").write_text("[" * 100_000)  # hostile: named by its files instead
-    assert read_provenance(pinned, tmp_path) == DataSource("local files data.csv", own=False,
+    assert read_provenance(tmp_path) == DataSource("local files data.csv", own=False,
                                                            how="placed in the raw folder")
 
 
