@@ -91,7 +91,15 @@ from typing import Any, ClassVar, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData
-from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError, atomic_dir, atomic_path, atomic_write_text
+from rbench.plugin import (
+    FLOAT32_KERNELS,
+    BaseRanker,
+    RBenchError,
+    atomic_dir,
+    atomic_path,
+    atomic_write_text,
+    short_hash,
+)
 
 DATASET = "rb"
 ID_SEPARATORS = ("::", ":", "/", "|", "#")
@@ -511,7 +519,7 @@ class RecBoleRanker(BaseRanker):
                             if k not in ("show_progress", "reuse", "device", "item_text_features", "text_items",
                                          "text_model", "text_ridge")},
                 "recbole": recbole.__version__, "torch": torch.__version__}
-        return hashlib.sha256(json.dumps(blob, sort_keys=True, default=str).encode()).hexdigest()[:16]
+        return short_hash(blob, 16)
 
     # ---------------------------------------------------------------------------- RecBole objects
 

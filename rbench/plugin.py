@@ -7,6 +7,7 @@ a plugin. ``tests/test_imports.py`` holds the built-in rankers to that rule.
 
 - base class and its defaults: ``BaseRanker``, ``NoOptions``, ``FLOAT32_KERNELS``;
 - typed options with named presets: ``PresetOptions``; a short hash of a config: ``config_hash``;
+  the canonical text and hash of any JSON-like value (cache keys): ``canonical_json``, ``short_hash``;
 - errors a user should read as one line: ``RBenchError``;
 - the embedding cache: ``pool_embeddings`` (candidate vectors, encoded once per pool and model);
 - writes that never leave half a file: ``atomic_write_text``, ``atomic_path``, ``atomic_dir``;
@@ -21,6 +22,7 @@ from __future__ import annotations
 from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
+from rbench.core.hashing import canonical_json, short_hash
 from rbench.engine.embeddings import pool_embeddings
 from rbench.engine.evaluate import evaluate, ranker_scorer, vector_scorer
 from rbench.engine.metrics import MEASURES, aggregate, per_query
@@ -30,6 +32,6 @@ from rbench.tasks.families.routing import routing_outcomes
 
 __all__ = [
     "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "aggregate",
-    "atomic_dir", "atomic_path", "atomic_write_text", "config_hash", "evaluate", "paired_randomization",
-    "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "vector_scorer",
+    "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
+    "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "short_hash", "vector_scorer",
 ]

@@ -14,6 +14,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from rbench.core.settings import DEFAULTS  # light: the run settings' defaults, declared once
+
 if TYPE_CHECKING:
     import pandas as pd
 
@@ -39,10 +41,11 @@ def _text(value: Any) -> str:
 
 
 def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapping[str, Any] | None = None,
-             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = 0,
+             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = DEFAULTS.seed,
              results_dir: str | Path | None = None, rerank_from: str | None = None,
-             rerank_depth: int | str | None = None, force: bool = False, topk: int = 100,
-             overwrite: str = "only-missing", batch_size: int = 256, chunk_size: int = 65536,
+             rerank_depth: int | str | None = None, force: bool = False, topk: int = DEFAULTS.topk,
+             overwrite: str = DEFAULTS.overwrite, batch_size: int = DEFAULTS.batch_size,
+             chunk_size: int = DEFAULTS.chunk_size,
              ann: str | None = None, ray_shards: int | None = None) -> RunPlan:
     """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
     option and file is checked here, before any data is loaded. ``options`` may hold
@@ -51,7 +54,7 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
 
     return make_plan(RunOptions(
         ranker=ranker, task=task, variant=variant, sets=_sets(options, task_options), seed=seed,
-        max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else Path("results"),
+        max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else DEFAULTS.results_dir,
         write=results_dir is not None, batch_size=batch_size, chunk_size=chunk_size, topk=topk, ann=ann,
         ray_shards=ray_shards, rerank_from=rerank_from, rerank_depth=rerank_depth, force=force,
         overwrite=overwrite))
@@ -69,10 +72,10 @@ def run_outcome(ranker: Any, task: Any, *, progress: Progress | None = None, **k
 
 
 def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapping[str, Any] | None = None,
-             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = 0,
+             task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = DEFAULTS.seed,
              results_dir: str | Path | None = None, rerank_from: str | None = None,
-             rerank_depth: int | str | None = None, force: bool = False, topk: int = 100,
-             overwrite: str = "only-missing") -> RunRecord:
+             rerank_depth: int | str | None = None, force: bool = False, topk: int = DEFAULTS.topk,
+             overwrite: str = DEFAULTS.overwrite) -> RunRecord:
     """Evaluate one ranker on one task; the RunRecord (metrics, timings, effective config), with
     its per-query metrics as a DataFrame in ``record.per_query``.
 
@@ -100,7 +103,7 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
 
 
 def evaluate_many(rankers: Iterable[Any], tasks: Iterable[Any], *, results_dir: str | Path = "results",
-                  overwrite: str = "only-missing", progress: Progress | None = None,
+                  overwrite: str = DEFAULTS.overwrite, progress: Progress | None = None,
                   **kwargs: Any) -> list[RunOutcome]:
     """Every ranker on every task (rankers outer), writing RunRecords to ``results_dir``; existing
     runs are skipped under ``overwrite=only-missing`` (``RunOutcome.skipped`` says why). Options

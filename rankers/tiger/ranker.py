@@ -64,6 +64,7 @@ from rbench.plugin import (
     RBenchError,
     atomic_path,
     atomic_write_text,
+    canonical_json,
 )
 
 # Two CPU cores, ml-100k in about 20 minutes (see the module docstring and README).
@@ -136,7 +137,7 @@ def _sha(*parts: Any) -> str:
             h.update(str(p.dtype).encode() + str(p.shape).encode())
             h.update(np.ascontiguousarray(p).tobytes())
         else:
-            h.update(json.dumps(p, sort_keys=True, default=str).encode())
+            h.update(canonical_json(p).encode())
         h.update(b"\x1e")
     return h.hexdigest()[:20]
 

@@ -25,6 +25,7 @@ from rich.text import Text
 
 from rbench.core.console import PipeClosed, console, description_column, quiet_stdout, styled
 from rbench.core.errors import RBenchError, write_failure
+from rbench.core.settings import DEFAULTS, OVERWRITE, help_of
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
@@ -148,19 +149,15 @@ def run_cmd(
     variants: list[str] = typer.Option(["original"], "--variant", help="original | mixed | shift | scaled:N | from-TASK "
                                        "(fit on TASK, score this task); repeat for several (like -r/-t: one run each)."),
     sets: Optional[list[str]] = typer.Option(None, "--set", help="key=value option; task options as task.key=value."),
-    seed: int = typer.Option(0, "--seed", help="Seed for sampling, splits and training (0 to 2**32-1)."),
-    max_queries: Optional[int] = typer.Option(None, "--max-queries", help="Evaluate a seeded sample of N test queries."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Where RunRecords are written."),
-    batch_size: int = typer.Option(256, "--batch-size", help="Queries per scoring batch."),
-    chunk_size: int = typer.Option(65536, "--chunk-size", help="Candidates per scoring chunk."),
+    seed: int = typer.Option(DEFAULTS.seed, "--seed", help=help_of("seed")),
+    max_queries: Optional[int] = typer.Option(DEFAULTS.max_queries, "--max-queries", help=help_of("max_queries")),
+    results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir", help=help_of("results_dir")),
+    batch_size: int = typer.Option(DEFAULTS.batch_size, "--batch-size", help=help_of("batch_size")),
+    chunk_size: int = typer.Option(DEFAULTS.chunk_size, "--chunk-size", help=help_of("chunk_size")),
     no_write: bool = typer.Option(False, "--no-write", help="Do not write a RunRecord."),
-    overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing: skip a run whose RunRecord "
-                                  "exists with the same ranker (version, code, config), data and evaluation protocol; always: run "
-                                  "and replace it; never: skip whenever it exists."),
-    ann: Optional[str] = typer.Option(None, "--ann", help="Also measure a faiss index (flat|ivf|hnsw|pq) "
-                                      "against the exact scan; headline metrics stay exact."),
-    ray_shards: Optional[int] = typer.Option(None, "--ray-shards", help="Score the pool in N Ray tasks "
-                                             "(embedding rankers; identical metrics; RAY_ADDRESS for a cluster)."),
+    overwrite: str = typer.Option(DEFAULTS.overwrite, "--overwrite", help=help_of("overwrite")),
+    ann: Optional[str] = typer.Option(DEFAULTS.ann, "--ann", help=help_of("ann")),
+    ray_shards: Optional[int] = typer.Option(DEFAULTS.ray_shards, "--ray-shards", help=help_of("ray_shards")),
     rerank_from: Optional[str] = typer.Option(None, "--rerank-from", help="Two-stage run: rerank the top of this "
                                               "first-stage ranker (or run:PATH.run.gz, a TREC run file) with "
                                               "--ranker; metrics stay exact over the whole pool."),
@@ -168,8 +165,7 @@ def run_cmd(
                                                "query --ranker rescores (default 100), or 'all' (exhaustive)."),
     force: bool = typer.Option(False, "--force", help="Run an exhaustive rerank (--rerank-depth all) above the "
                                "pair budget."),
-    topk: int = typer.Option(100, "--topk", help="Write each query's top N as a gzipped TREC run beside the "
-                             "RunRecord (<stem>.<hash>.run.gz; 0: none; at most 100,000)."),
+    topk: int = typer.Option(DEFAULTS.topk, "--topk", help=help_of("topk")),
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord(s) as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -252,7 +248,7 @@ def _report(outcome: Any) -> None:
 def table_cmd(
     scenario: str = typer.Option(..., "--scenario", "-s", help="small | large | ultra"),
     variant: Optional[str] = typer.Option(None, "--variant", help="original (default), mixed, shift, scaled"),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir", help="Folder of the RunRecords to read "
+    results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir", help="Folder of the RunRecords to read "
                                      "(the Markdown footer names it)."),
     fmt: str = typer.Option("md", "--format", "-f", help="md | csv | json (written to --output)"),
     output: Optional[str] = typer.Option(None, "--output", "-o",
@@ -323,7 +319,7 @@ app.add_typer(plot_app, name="plot")
 def plot_scaling_cmd(
     task: str = typer.Option(..., "--task", "-t"),
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more rankers."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir"),
     output: Optional[str] = typer.Option(None, "--output", "-o", help="PNG file (default leaderboards/scaling-<task>.png; "
                                          "a folder: that name inside it; no suffix: .png is added)."),
 ) -> None:
@@ -347,7 +343,7 @@ def plot_scaling_cmd(
 def plot_training_cmd(
     task: str = typer.Option(..., "--task", "-t"),
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="One or more (trained) rankers."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir"),
     output: Optional[str] = typer.Option(None, "--output", "-o",
                                          help="PNG file (default leaderboards/training-<task>.png; a folder: that "
                                          "name inside it; no suffix: .png is added)."),
@@ -383,10 +379,10 @@ def reproduce_cmd(
     check: bool = typer.Option(False, "--check", help="Grade each cell against the committed expected scores "
                                "(OK / OKish / FAIL; exit 1 on a FAIL)."),
     save_expected: bool = typer.Option(False, "--save-expected", help="Write this run's scores as the expected ones."),
-    overwrite: str = typer.Option("only-missing", "--overwrite", help="only-missing | always | never"),
+    overwrite: str = typer.Option(DEFAULTS.overwrite, "--overwrite", help="|".join(OVERWRITE) + " (as rbench run)"),
     tasks: list[str] = typer.Option([], "--task", "-t", help="Only this task's cells (repeatable)."),
     rankers: list[str] = typer.Option([], "--ranker", "-r", help="Only this ranker's cells (repeatable)."),
-    results_dir: Path = typer.Option(Path("results"), "--results-dir"),
+    results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir"),
     output: Path = typer.Option(Path("reproductions"), "--output", "-o", help="Folder for the rendered tables."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:

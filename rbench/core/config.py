@@ -8,13 +8,13 @@ mean") and values of the wrong type, so a typo never silently runs the default.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import json
 import types
 import typing
 from typing import Any, Literal, TypeVar, Union, get_args, get_origin
 
 from rbench.core.errors import RBenchError, did_you_mean
+from rbench.core.hashing import short_hash
 
 C = TypeVar("C")
 
@@ -117,8 +117,7 @@ def config_dict(cfg: Any) -> dict[str, Any]:
 
 
 def config_hash(data: dict[str, Any], length: int = 8) -> str:
-    blob = json.dumps(data, sort_keys=True, default=str).encode()
-    return hashlib.sha256(blob).hexdigest()[:length]
+    return short_hash(data, length)
 
 
 def plain_config(config: Any) -> dict[str, Any]:

@@ -3,7 +3,21 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from pathlib import Path
+from typing import Any
+
+
+def canonical_json(value: Any) -> str:
+    """The one canonical text of a JSON-like value: keys sorted, anything else as ``str``. Every
+    cache key, config hash and record comparison of rbench goes through it, so two places can
+    never disagree on what "the same config" means."""
+    return json.dumps(value, sort_keys=True, default=str)
+
+
+def short_hash(value: Any, length: int = 64) -> str:
+    """sha256 of ``canonical_json(value)``, hex, cut to ``length`` characters."""
+    return hashlib.sha256(canonical_json(value).encode()).hexdigest()[:length]
 
 
 def file_sha256(path: Path) -> str:

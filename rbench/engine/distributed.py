@@ -33,6 +33,7 @@ from typing import Any
 import numpy as np
 
 from rbench.api import Pool, Queries
+from rbench.core.settings import DEFAULTS
 from rbench.engine.embeddings import _bar
 from rbench.engine.evaluate import EvalResult, evaluate, merge, vector_scorer
 from rbench.engine.sharded import ShardedArray, finish, open_matrix, shard_path, write_shard
@@ -75,8 +76,8 @@ class _Sized:
 
 
 def score_shard(matrix: str | Path | Any, query_vectors: np.ndarray, queries: Queries,
-                pool_range: tuple[int, int], topk: int = 100, batch_size: int = 256,
-                chunk_size: int = 65536) -> EvalResult:
+                pool_range: tuple[int, int], topk: int = DEFAULTS.topk,
+                batch_size: int = DEFAULTS.batch_size, chunk_size: int = DEFAULTS.chunk_size) -> EvalResult:
     """Evaluate one row range of the candidate matrix (a ``.npy`` path, a sharded directory or an
     array); runs inside a Ray task, also callable directly."""
     emb = open_matrix(matrix)
@@ -96,7 +97,8 @@ def shard_bounds(n: int, n_shards: int, align: int = 1) -> list[tuple[int, int]]
 
 
 def evaluate_sharded(matrix: str | Path, query_vectors: np.ndarray, queries: Queries, n_shards: int,
-                     topk: int = 100, batch_size: int = 256, chunk_size: int = 65536,
+                     topk: int = DEFAULTS.topk, batch_size: int = DEFAULTS.batch_size,
+                     chunk_size: int = DEFAULTS.chunk_size,
                      **ray_init: Any) -> EvalResult:
     """Score ``queries`` against the candidate matrix in ``n_shards`` Ray tasks; the result equals
     ``evaluate`` over the whole matrix with the same ``batch_size`` and ``chunk_size``."""

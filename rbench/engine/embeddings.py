@@ -18,7 +18,6 @@ and encoded again, with a one-line warning naming it.
 
 from __future__ import annotations
 
-import hashlib
 import json
 import warnings
 from collections.abc import Callable
@@ -31,7 +30,7 @@ from rbench.api import Pool
 from rbench.core import paths
 from rbench.core.atomic import atomic_replace, atomic_write_text, locked
 from rbench.core.errors import DataError, RankerOutputError
-from rbench.core.hashing import file_digest
+from rbench.core.hashing import file_digest, short_hash
 from rbench.core.inputs import read_json
 
 Encoder = Callable[[list[str]], np.ndarray]
@@ -82,9 +81,7 @@ def _stored(vecs: np.ndarray, dtype: str) -> np.ndarray:
 
 
 def cache_key(pool: Pool, key: dict[str, Any]) -> str:
-    blob = json.dumps({"pool": pool.fingerprint or pool.name, "n": len(pool), **key}, sort_keys=True,
-                      default=str)
-    return hashlib.sha256(blob.encode()).hexdigest()[:24]
+    return short_hash({"pool": pool.fingerprint or pool.name, "n": len(pool), **key}, 24)
 
 
 def _write_json(path: Path, data: dict[str, Any]) -> None:

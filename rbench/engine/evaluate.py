@@ -26,6 +26,7 @@ import numpy as np
 
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged
 from rbench.core.errors import DataError, RankerOutputError, RBenchError
+from rbench.core.settings import DEFAULTS
 from rbench.engine import fused
 
 Scorer = Callable[[Queries, np.ndarray], np.ndarray]
@@ -516,9 +517,9 @@ def evaluate(
     queries: Queries,
     pool: Pool,
     *,
-    batch_size: int = 256,
-    chunk_size: int = 65536,
-    topk: int = 100,
+    batch_size: int = DEFAULTS.batch_size,
+    chunk_size: int = DEFAULTS.chunk_size,
+    topk: int = DEFAULTS.topk,
     progress: Callable[[int], None] | None = None,
     scorer: Scorer | None = None,
     pool_range: tuple[int, int] | None = None,

@@ -55,6 +55,7 @@ from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.core import paths
 from rbench.core.atomic import atomic_write_bytes
 from rbench.core.errors import DataError, RBenchError, unknown
+from rbench.core.hashing import short_hash
 from rbench.core.inputs import open_regular, require_regular
 from rbench.engine.evaluate import EvalResult, evaluate, is_embedding_ranker, make_scorer
 from rbench.engine.metrics import MEASURES, per_query
@@ -202,7 +203,7 @@ def cache_key(name: str, version: str, config: Any, data: TaskData, variant: str
                "queries": _queries_digest(data.test),
                # a transfer's stage 1 is fitted on its source: that data counts too
                **({"source": data.info.get("source_fingerprint")} if data.train_spec is not None else {})}
-    return hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:24]
+    return short_hash(payload, 24)
 
 
 def _save(path: Path, st: Stage1) -> None:

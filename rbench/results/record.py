@@ -43,6 +43,7 @@ import rbench
 from rbench.core.atomic import atomic_write_bytes, locked
 from rbench.core.config import config_hash
 from rbench.core.errors import DataError, RBenchError, write_failure
+from rbench.core.hashing import canonical_json
 from rbench.core.inputs import read_capped, read_json, size_text
 from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.engine.metrics import TIE_RULE
@@ -58,7 +59,7 @@ PER_QUERY_MAX_BYTES = 1 << 30
 
 def _canonical(options: dict[str, Any] | None) -> str:
     """Options as one comparable text (sorted JSON); "" for none."""
-    return json.dumps(options, sort_keys=True, default=str) if options else ""
+    return canonical_json(options) if options else ""
 
 
 @dataclass(frozen=True)

@@ -27,6 +27,7 @@ import tomllib
 
 from rbench.core.errors import DataError, RBenchError, unknown
 from rbench.core.inputs import parse_json
+from rbench.core.settings import DEFAULTS
 from rbench.results.report import GradeKey, grade_key
 
 PROFILES = ("cpu", "paper")
@@ -311,7 +312,7 @@ def dry_run(recipe: Recipe, profile: str, results_dir: Path, only: Selection = S
     return rows
 
 
-def run(recipe: Recipe, profile: str, results_dir: Path, overwrite: str = "only-missing",
+def run(recipe: Recipe, profile: str, results_dir: Path, overwrite: str = DEFAULTS.overwrite,
         progress: Any = None, only: Selection = Selection()) -> list[Cell]:
     """Run what is missing (cells whose data is absent are reported, not run)."""
     from rbench.public import run_outcome

@@ -18,8 +18,6 @@ ranker's data-parallel training), then process 0 alone scores and writes the Run
 from __future__ import annotations
 
 import dataclasses
-import json
-import numbers
 import os
 import time
 import warnings
@@ -35,8 +33,9 @@ from rbench.core import paths
 from rbench.core.atomic import remove_stale
 from rbench.core.config import config_dict, config_hash, non_default, plain_config
 from rbench.core.errors import RBenchError, unknown
-from rbench.core.hashing import source_digest
+from rbench.core.hashing import canonical_json, source_digest
 from rbench.core.protocol import PROTOCOL_VERSION
+from rbench.core.settings import MAX_TOPK, RunSettings
 from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
 from rbench.engine.evaluate import (
@@ -70,50 +69,6 @@ from rbench.tasks.pools import Variant, parse_variant
 from rbench.tasks.registry import load, resolve
 
 TASK_PREFIX = "task."
-OVERWRITE = ("only-missing", "always", "never")
-SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
-MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
-# beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSettings:
-    """How a run is carried out (numbers, a path, switches): given in ``RunOptions`` and kept as
-    they are in the ``RunPlan`` (nothing in them needs resolving)."""
-
-    seed: int = 0
-    max_queries: int | None = None
-    results_dir: Path = Path("results")
-    batch_size: int = 256
-    chunk_size: int = 65536
-    write: bool = True
-    ann: str | None = None  # measure a faiss index (flat|ivf|hnsw|pq) against the exact scan
-    ray_shards: int | None = None  # score the pool in N Ray tasks (rbench.engine.distributed); same metrics
-    topk: int = 100  # each query's top-k, written as a TREC run beside the record (--topk; 0: none)
-    # what to do when the run's RunRecord exists: only-missing (skip it when its effective config,
-    # ranker version and code, task fingerprint and evaluation protocol are this run's), always
-    # (run and replace), never (skip whenever the file exists)
-    overwrite: str = "only-missing"
-
-    def __post_init__(self) -> None:
-        """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
-        or less would never advance, a sample of 0 queries would silently be a full run."""
-        for flag, value, least in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
-                                   ("--chunk-size", self.chunk_size, 1), ("--max-queries", self.max_queries, 1),
-                                   ("--ray-shards", self.ray_shards, 1), ("--topk", self.topk, 0)):
-            if value is None and flag in ("--max-queries", "--ray-shards"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise RBenchError(f"{flag} must be an integer, got {value!r}")
-            if value < least:
-                raise RBenchError(f"{flag} must be at least {least}, got {value}"
-                                  + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
-            if flag == "--seed" and value >= SEED_LIMIT:  # numpy/torch seeds keep 32 bits: 2**32 apart = one split
-                raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
-        if self.overwrite not in OVERWRITE:
-            raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
-
-
 @dataclass(frozen=True, kw_only=True)
 class RunOptions(RunSettings):
     """What the command line gave (names and option strings), before anything is resolved."""
@@ -558,7 +513,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     same = (rec.task_fingerprint == fingerprint and rec.protocol == PROTOCOL_VERSION
             and _same_ranker(rec.ranker, ranker)
             and rec.task_info.get("source_fingerprint") == source_fingerprint
-            and _canonical_json(rec.run_options.get("non_default") or {}) == _canonical_json(diff)
+            and canonical_json(rec.run_options.get("non_default") or {}) == canonical_json(diff)
             # what this run would add and the record lacks (a run file, an ANN measurement): run
             and (bool(rec.run_file) or plan.topk == 0)
             and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann))
@@ -575,11 +530,7 @@ def _same_ranker(recorded: dict[str, Any], ranker: Any) -> bool:
         return True
     return (str(recorded.get("version", "")) == str(getattr(ranker, "version", ""))
             and recorded.get("source_sha256") == source_digest(type(ranker))
-            and _canonical_json(plain_config(recorded.get("config") or {})) == _canonical_json(plain_config(ranker.config)))
-
-
-def _canonical_json(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, default=str)
+            and canonical_json(plain_config(recorded.get("config") or {})) == canonical_json(plain_config(ranker.config)))
 
 
 # --------------------------------------------------------------------------------------------

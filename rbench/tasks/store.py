@@ -71,7 +71,7 @@ from rbench.core import paths
 from rbench.core.atomic import atomic_dir, atomic_write_text, is_temporary, remove_stale
 from rbench.core.errors import DataError
 from rbench.core.hashing import file_sha256 as _file_sha256
-from rbench.core.hashing import folder_digests
+from rbench.core.hashing import folder_digests, short_hash
 from rbench.core.inputs import read_json
 from rbench.tasks.columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 from rbench.tasks.family import Task
@@ -155,7 +155,7 @@ def key_material(task: Task, options: Any, seed: int) -> dict[str, Any]:
 
 
 def _digest(obj: Any) -> str:
-    return hashlib.sha256(json.dumps(obj, sort_keys=True).encode()).hexdigest()
+    return short_hash(obj)
 
 
 def lineage(material: dict[str, Any]) -> str:
