@@ -638,7 +638,7 @@ class RecBoleRanker(BaseRanker):
         t0 = time.perf_counter()
         show = bool(getattr(self.context, "show_progress", True))
         rows, steps = int(train_data.sample_size), int(len(train_data))
-        points: list[dict[str, Any]] = []  # the rbench training curve (see rbench.results.budget)
+        points: list[dict[str, Any]] = []  # the rbench training curve (see rbench.results.training_budget)
         train_epoch, valid_epoch = trainer._train_epoch, trainer._valid_epoch
 
         def on_train_epoch(data: Any, epoch_idx: int, *args: Any, **kwargs: Any) -> Any:
@@ -695,7 +695,7 @@ class RecBoleRanker(BaseRanker):
         return meta
 
     def _budget(self, meta: dict[str, Any], train_data: Any, model: Any) -> dict[str, Any]:
-        """The training budget (``rbench.results.budget``) of a training run described by ``meta``: one
+        """The training budget (``rbench.results.training_budget``) of a training run described by ``meta``: one
         optimizer step per batch of RecBole's training dataloader, every row once per epoch."""
         rows, steps = int(train_data.sample_size), int(len(train_data))
         epochs = int(meta.get("epochs_run", 0))

@@ -130,7 +130,7 @@ def gather(by_llm: np.ndarray, columns: np.ndarray, candidates: np.ndarray) -> n
 
 def budget(examples: int, epochs: float, steps: int, wall_s: float, negatives: int | str, params: int,
            selection: str) -> dict[str, Any]:
-    """The RunRecord's ``training_budget`` (``rbench.results.budget``'s keys)."""
+    """The RunRecord's ``training_budget`` (``rbench.results.training_budget``'s keys)."""
     return {"examples_seen": int(examples), "epochs": round(float(epochs), 3), "optimizer_steps": int(steps),
             "train_wall_s": round(float(wall_s), 1), "negatives_per_example": negatives,
             "trainable_params": int(params), "selection": selection}

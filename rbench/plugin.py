@@ -24,14 +24,15 @@ from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
 from rbench.core.hashing import canonical_json, short_hash
 from rbench.engine.embeddings import pool_embeddings
-from rbench.engine.evaluate import evaluate, ranker_scorer, vector_scorer
+from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
 from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker, NoOptions
+from rbench.engine.scorers import Scorer, ranker_scorer, vector_scorer
 from rbench.results.significance import paired_randomization
 from rbench.tasks.families.routing import routing_outcomes
 
 __all__ = [
-    "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "aggregate",
+    "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "Scorer", "aggregate",
     "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
     "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "short_hash", "vector_scorer",
 ]

@@ -102,13 +102,14 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     return rec
 
 
-def evaluate_many(rankers: Iterable[Any], tasks: Iterable[Any], *, results_dir: str | Path = "results",
-                  overwrite: str = DEFAULTS.overwrite, progress: Progress | None = None,
-                  **kwargs: Any) -> list[RunOutcome]:
-    """Every ranker on every task (rankers outer), writing RunRecords to ``results_dir``; existing
-    runs are skipped under ``overwrite=only-missing`` (``RunOutcome.skipped`` says why). Options
-    in ``kwargs`` are those of ``evaluate`` and apply to every run."""
-    return [run_outcome(r, t, results_dir=results_dir, overwrite=overwrite, progress=progress, **kwargs)
+def evaluate_many(rankers: Iterable[Any], tasks: Iterable[Any], *, results_dir: str | Path | None = "results",
+                  overwrite: str = DEFAULTS.overwrite, **kwargs: Any) -> list[RunRecord]:
+    """Every ranker on every task (rankers outer): one ``evaluate`` each, so the same kind of
+    object comes back (a ``RunRecord`` per run, in that order, with ``per_query``), the same
+    ``overwrite`` rule applies (a kept record is said in a warning) and RunRecords are written to
+    ``results_dir`` (``None``: none). ``kwargs`` are ``evaluate``'s options, applied to every run.
+    ``run_outcome`` gives the runner's whole outcome of one run (path, engine result, skip note)."""
+    return [evaluate(r, t, results_dir=results_dir, overwrite=overwrite, **kwargs)
             for r in list(rankers) for t in list(tasks)]
 
 

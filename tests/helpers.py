@@ -60,8 +60,9 @@ def engine_scorer(ranker):
     def score(queries: Queries, candidates: np.ndarray) -> np.ndarray:
         return ranker.score(queries, candidates)
 
-    score.harness_scores = True
-    return score
+    from rbench.engine.scorers import Scorer
+
+    return Scorer(score, harness_scores=True)
 
 
 def table_scorer(table: np.ndarray):

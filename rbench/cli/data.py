@@ -35,9 +35,10 @@ from rich.progress import (
     TransferSpeedColumn,
 )
 from rich.table import Table
-from rich.text import Text
 
 from rbench.api import TaskSpec
+from rbench.cli.common import bytes_text, count_text
+from rbench.cli.listing import tasks_cmd
 from rbench.core import paths
 from rbench.core.atomic import remove_path, remove_stale, scratch_dir, swap_in
 from rbench.core.console import console, description_column, styled
@@ -50,19 +51,6 @@ data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import 
 out, err = console(), console(stderr=True)  # user text printed as it is (rbench.core.console)
 
 TASK_PREFIX = "task."
-
-
-def _fmt(n: Any) -> str:
-    return f"{n:,}" if isinstance(n, int) else "–"
-
-
-def _bytes(n: int) -> str:
-    size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1024 or unit == "TB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
 
 
 # --------------------------------------------------------------------------------------------
@@ -133,10 +121,10 @@ def _print_download_plan(planned: list[Any], fetch: list[Any]) -> None:
         table.add_column(col, justify="right" if col == "size" else "left")
     for p in planned:
         state = "to fetch" if p in fetch else "cached (checked, not fetched)"
-        table.add_row(p.task, p.file.filename, _bytes(p.size) if p.size is not None else "unknown", state)
+        table.add_row(p.task, p.file.filename, bytes_text(p.size) if p.size is not None else "unknown", state)
     out.print(table)
     unknown = sum(p.size is None for p in fetch)
-    total = _bytes(sum(p.size or 0 for p in fetch))
+    total = bytes_text(sum(p.size or 0 for p in fetch))
     out.print(f"to fetch: {len(fetch)} of {len(planned)} files, {total}"
               + (f" + {unknown} of unknown size" if unknown else ""), highlight=False)
 
@@ -153,7 +141,7 @@ def _print_downloaded(spec: TaskSpec, raw: Path) -> None:
     for rf in spec.downloads:
         m = manifest.get(rf.filename, {})
         pin = "checked" if rf.sha256 else "none published; the first one seen is recorded and must hold"
-        out.print(f"{rf.filename}: {_bytes(m.get('size', 0))}, sha256 {m.get('sha256', '?')} ({pin})",
+        out.print(f"{rf.filename}: {bytes_text(m.get('size', 0))}, sha256 {m.get('sha256', '?')} ({pin})",
                   soft_wrap=True, highlight=False)
     out.print(f"installed into {raw}", soft_wrap=True, highlight=False)
     out.print(f"next: rbench data prepare {spec.name}", highlight=False)
@@ -292,7 +280,7 @@ def prepare_cmd(
     for col in ("", "prepared", "paper"):
         table.add_column(col, justify="left" if not col else "right")
     for what, prepared, paper in rows:
-        table.add_row(what, _fmt(prepared), _fmt(paper))
+        table.add_row(what, count_text(prepared), count_text(paper))
     out.print(table)
     if spec.embedded or newest is None:
         out.print("not cached (loads directly)" if spec.embedded else "not cached", highlight=False)
@@ -334,52 +322,8 @@ def import_cmd(
 # --------------------------------------------------------------------------------------------
 
 
-def _download_state(spec: TaskSpec) -> str:
-    from rbench.tasks import sources
-
-    if spec.embedded:
-        return "ships with a package"
-    if not spec.downloads:
-        return "no direct URL"
-    folder = sources.downloads_dir(spec.name)
-    want = spec.downloads
-    have = [rf for rf in want if (folder / rf.filename).is_file()]
-    partial = [rf for rf in want if (folder / (rf.filename + ".part")).is_file()]
-    state = f"{len(have)}/{len(want)} files"
-    return state + (f", {len(partial)} partial" if partial else "")
-
-
-@data_app.command("list")
-def list_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
-    """Every task with its raw data, downloads and prepared-cache state."""
-    from rbench.tasks import store
-    from rbench.tasks.registry import data_status, list_tasks
-
-    rows = []
-    for spec in list_tasks():
-        present, detail = data_status(spec)
-        sizes = store.prepared_sizes(spec)
-        rows.append({"name": spec.name, "scenario": spec.scenario, "raw_present": present, "raw": detail,
-                     "downloads": _download_state(spec), "prepared": sizes,
-                     "paper_candidates": spec.paper_candidates, "paper_queries": spec.paper_queries})
-    if as_json:
-        print(json.dumps(rows, indent=2, default=str))
-        return
-    table = Table(title="rbench data")
-    for col in ("task", "scenario", "raw", "downloads", "prepared pool / queries", "paper pool / queries", "disk"):
-        table.add_column(col, no_wrap=True)
-    for r in rows:
-        s = r["prepared"]
-        prepared = f"{s['pool']:,} / {s['queries']:,}" + (f" ({s['entries']} entries)" if s["entries"] > 1 else "") \
-            if s else "–"
-        table.add_row(r["name"], r["scenario"],
-                      Text("present", style="green") if r["raw_present"] else Text("missing", style="yellow"),
-                      r["downloads"], prepared, f"{_fmt(r['paper_candidates'])} / {_fmt(r['paper_queries'])}",
-                      _bytes(s["bytes_all"]) if s else "–")
-    out.print(table)
-    missing = [r for r in rows if not r["raw_present"]]
-    for r in missing:
-        out.print(styled((str(r["name"]), "yellow"), f": {r['raw']}"), soft_wrap=True)
+# ``rbench data list`` is ``rbench tasks`` (one listing of the tasks and the state of their data)
+data_app.command("list", help="Every task with its raw data, downloads and prepared cache (as `rbench tasks`).")(tasks_cmd)
 
 
 # --------------------------------------------------------------------------------------------

@@ -35,7 +35,8 @@ import numpy as np
 from rbench.api import Pool, Queries
 from rbench.core.settings import DEFAULTS
 from rbench.engine.embeddings import _bar
-from rbench.engine.evaluate import EvalResult, evaluate, merge, vector_scorer
+from rbench.engine.evaluate import EvalResult, evaluate, merge
+from rbench.engine.scorers import vector_scorer
 from rbench.engine.sharded import ShardedArray, finish, open_matrix, shard_path, write_shard
 
 EncoderFactory = Callable[[], Callable[[list[str]], np.ndarray]]

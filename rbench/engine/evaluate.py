@@ -28,8 +28,7 @@ from rbench.api import MAX_GRADE, Pool, Queries, Ragged
 from rbench.core.errors import DataError, RankerOutputError, RBenchError
 from rbench.core.settings import DEFAULTS
 from rbench.engine import fused
-
-Scorer = Callable[[Queries, np.ndarray], np.ndarray]
+from rbench.engine.scorers import ScoreFn, Scorer, as_scorer, make_scorer
 
 
 @dataclass
@@ -48,10 +47,6 @@ class EvalResult:
     higher: np.ndarray | None = None
     equal: np.ndarray | None = None
     pos_before: np.ndarray | None = None
-
-
-def is_embedding_ranker(ranker: Any) -> bool:
-    return callable(getattr(ranker, "encode_pool", None)) and callable(getattr(ranker, "encode_queries", None))
 
 
 def _topk_rows(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -197,7 +192,6 @@ def _count(scores: np.ndarray, thresholds: np.ndarray, op: str, out: np.ndarray 
     return np.count_nonzero(out, axis=1)
 
 
-_PACKED_BYTES = 1 << 29  # a pool packed this small keeps its packed chunks across query batches (own GEMM)
 _TILE_BYTES = 1 << 22  # row blocks of the scores this size (fp64 worth): they stay in cache between passes
 
 
@@ -231,11 +225,6 @@ def _exclusions_in(excl: Ragged | None, a: int, n_cols: int) -> tuple[np.ndarray
     er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
     inside = (ev >= a) & (ev < a + n_cols)
     return er[inside], ev[inside] - a
-
-
-def _contiguous(cand: np.ndarray) -> bool:
-    """Whether the pool indices cand are one ascending run (its rows are then a view of the pool)."""
-    return bool(len(cand) and cand[-1] - cand[0] + 1 == len(cand))
 
 
 def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -> np.ndarray:
@@ -338,180 +327,6 @@ class _Chunks:
                 a = b
 
 
-def encode_pool(ranker: Any, pool: Pool) -> Any:
-    """The ranker's candidate vectors, checked once: shape (len(pool), d), every value finite
-    (scanned in chunks: the matrix may be memory-mapped or sharded)."""
-    emb = ranker.encode_pool(pool.for_ranker())
-    if all(callable(getattr(emb, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
-        emb = emb.detach().cpu().numpy()
-    elif not (hasattr(emb, "ndim") and hasattr(emb, "shape")):  # a list: numpy's, else one line
-        try:
-            emb = np.asarray(emb, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
-            raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned {type(emb).__name__}, "
-                                    f"expected a ({len(pool)}, d) array ({exc})") from exc
-    if emb.ndim != 2 or emb.shape[0] != len(pool):
-        raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
-                                f"expected ({len(pool)}, d)")
-    for a in range(0, emb.shape[0], 262144):
-        block = np.asarray(emb[a : a + 262144], dtype=np.float32)
-        if not np.isfinite(block).all():
-            row = a + int(np.flatnonzero(~np.isfinite(block).all(axis=1))[0])
-            raise RankerOutputError(f"ranker {ranker.name!r}: candidate vector {row} "
-                                    f"({pool.ids[row]!r}) is not finite")
-    return emb
-
-
-def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = 256,
-                   progress: Callable[[int], None] | None = None) -> np.ndarray:
-    """The ranker's query vectors for every query, (n_queries, dim) float32, encoded in the
-    engine's batches (so they equal what ``evaluate`` encodes batch by batch) and checked."""
-    out = np.empty((len(queries), dim), dtype=np.float32)
-    for rows, batch in queries.batches(batch_size):
-        out[rows] = _query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)
-        if progress is not None:
-            progress(len(rows))
-    return out
-
-
-def _query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
-    if all(callable(getattr(q, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
-        q = q.detach().cpu().numpy()
-    try:
-        q = np.asarray(q)
-    except (TypeError, ValueError) as exc:
-        raise RankerOutputError(f"ranker {name!r}: encode_queries returned {type(q).__name__}, "
-                                f"expected a ({len(batch)}, {dim}) array ({exc})") from exc
-    if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != dim:
-        raise RankerOutputError(f"ranker {name!r}: encode_queries returned shape "
-                                f"{q.shape}, expected ({len(batch)}, {dim})")
-    if not np.isfinite(q).all():
-        row = int(np.flatnonzero(~np.isfinite(q).all(axis=1))[0])
-        raise RankerOutputError(f"ranker {name!r} returned a non-finite query vector "
-                                f"for query {batch.ids[row]!r}")
-    return np.ascontiguousarray(q, dtype=np.float32)
-
-
-def make_scorer(ranker: Any, pool: Pool) -> tuple[Scorer, dict[str, float]]:
-    """Index the pool and return ``score(batch, candidates)`` for the engine's loop. The ranker
-    receives the pool as ``Pool.for_ranker`` and queries as ``Queries.unlabelled``."""
-    timings: dict[str, float] = {}
-    t0 = time.perf_counter()
-    if is_embedding_ranker(ranker):
-        emb = encode_pool(ranker, pool)
-        timings["index_s"] = time.perf_counter() - t0
-        return dense_scorer(emb, lambda batch: ranker.encode_queries(batch.unlabelled()), ranker.name,
-                            pool_checked=True), timings
-    ranker.index(pool.for_ranker())
-    timings["index_s"] = time.perf_counter() - t0
-    return ranker_scorer(ranker), timings
-
-
-def ranker_scorer(ranker: Any) -> Scorer:
-    """A ranker's own ``score`` as the engine calls it: the batch's label-free view (made once per
-    batch) and the candidates as a private read-only copy, so neither the answers nor the
-    engine's arrays are within its reach. Carries what the ranker declares: ``set_dependent``
-    (its scores depend on which candidates share the call: each query's whole list is then
-    scored in one call and never compared across calls) and ``score_tolerance`` (how far two
-    calls' scores of one pair may differ, relative to max(1, |score|), for fp32/GPU kernels whose
-    arithmetic follows the batch's shape; 0: bit for bit)."""
-    view: dict[str, Queries] = {}
-
-    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
-        if view.get("of") is not batch:  # hold the batch: an id() could be reused
-            # (a label-free batch is the engine's own private view, made for this call: used as it is)
-            view["of"], view["as"] = batch, batch.unlabelled() if batch.labelled else batch
-        mine = np.array(cand, dtype=np.int64)
-        mine.setflags(write=False)
-        return ranker.score(view["as"], mine)
-
-    score.set_dependent = bool(getattr(ranker, "set_dependent", False))  # type: ignore[attr-defined]
-    score.tolerance = float(getattr(ranker, "score_tolerance", 0.0) or 0.0)  # type: ignore[attr-defined]
-    return score
-
-
-def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name: str = "dense",
-                 pool_checked: bool = False) -> Scorer:
-    """The engine's fast path for inner-product scores: a GEMM of the batch's query vectors against
-    each candidate chunk (``emb`` may be memory-mapped, fp16/bf16-stored or sharded; chunks are
-    computed in fp32).
-
-    The scorer is marked ``scratch_output``: a shared-pool chunk's scores are written into one
-    reused buffer (valid until the next call), which the engine may modify in place; faulting in
-    a fresh batch x chunk matrix per chunk costs more than the comparisons on these machines.
-    ``finite_inputs``: the query vectors are checked here; when the candidates were checked too
-    (``pool_checked``, as ``make_scorer`` does), the engine skips scanning every score for NaN/inf."""
-    cache: dict[str, Any] = {}
-    packed: dict[tuple[int, int], np.ndarray] = {}
-    own = fused.own_gemm(int(emb.shape[1]))
-
-    def query_vectors(batch: Queries) -> np.ndarray:
-        if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
-            cache["batch"], cache["q"] = batch, _query_vectors(encode_queries(batch), batch, emb.shape[1], name)
-        return cache["q"]
-
-    def candidates(cand: np.ndarray) -> Any:
-        return emb[cand[0] : cand[-1] + 1] if _contiguous(cand) else emb[cand]  # (a view: no copy)
-
-    def packed_chunk(cand: np.ndarray) -> np.ndarray:
-        """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
-        _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
-        for each batch into one reused buffer (on these machines fresh pages cost more than the
-        packing itself)."""
-        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
-        if key is not None and key in packed:
-            return packed[key]
-        keep = key is not None and emb.shape[0] * emb.shape[1] * 4 <= _PACKED_BYTES
-        block = fused.pack(candidates(cand), None if keep else cache.get("pack_buf"))
-        if keep:
-            packed[key] = block
-        else:
-            cache["pack_buf"] = block
-        return block
-
-    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
-        q = query_vectors(batch)
-        if cand.ndim == 1:
-            size = q.shape[0] * len(cand)
-            if cache.get("buf") is None or cache["buf"].size < size:
-                cache["buf"] = np.empty(size, dtype=np.float32)
-            out = cache["buf"][:size].reshape(q.shape[0], len(cand))
-            if own and len(cand):
-                return fused.gemm(q, packed_chunk(cand), out)
-            return np.matmul(q, np.asarray(candidates(cand), dtype=np.float32).T, out=out)
-        g = np.asarray(emb[cand], dtype=np.float32)
-        if own:  # the GEMM's bits: a candidate identical to a positive ties with it
-            return fused.pair_dots(q, g)
-        return np.einsum("bd,bmd->bm", q, g)
-
-    def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-        """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM
-        and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
-        return query_vectors(batch), packed_chunk(cand)
-
-    def release() -> None:
-        """Leave the packed candidates' memory to the next scorer (``fused.keep_buffer``): the
-        scorer is not used any more."""
-        for block in [*packed.values(), cache.pop("pack_buf", None)]:
-            fused.keep_buffer(block)
-        packed.clear()
-
-    score.scratch_output = True  # type: ignore[attr-defined]
-    score.harness_scores = True  # type: ignore[attr-defined]  # the numbers are the engine's, not ranker code's
-    score.finite_inputs = pool_checked  # type: ignore[attr-defined]
-    score.release = release  # type: ignore[attr-defined]
-    score.gemm_operands = operands if own else None  # type: ignore[attr-defined]
-    return score
-
-
-def vector_scorer(emb: Any, query_vectors: np.ndarray, queries: Queries, name: str = "dense",
-                  pool_checked: bool = False) -> Scorer:
-    """``dense_scorer`` over query vectors computed beforehand (row i belongs to ``queries.ids[i]``)."""
-    row_of = {str(q): i for i, q in enumerate(queries.ids)}
-    return dense_scorer(emb, lambda batch: query_vectors[[row_of[str(i)] for i in batch.ids]], name,
-                        pool_checked=pool_checked)
-
-
 def evaluate(
     ranker: Any,
     queries: Queries,
@@ -521,7 +336,7 @@ def evaluate(
     chunk_size: int = DEFAULTS.chunk_size,
     topk: int = DEFAULTS.topk,
     progress: Callable[[int], None] | None = None,
-    scorer: Scorer | None = None,
+    scorer: Scorer | ScoreFn | None = None,
     pool_range: tuple[int, int] | None = None,
     unlabelled_rows: bool = False,
     verify: bool = True,
@@ -553,12 +368,13 @@ def evaluate(
     if scorer is None:
         scorer, made = make_scorer(ranker, pool)
         timings.update(made)
+    scorer = as_scorer(scorer)
     name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
-    whole = not getattr(scorer, "harness_scores", False)  # ranker code's scores: whole rows (see above)
+    whole = not scorer.harness_scores  # ranker code's scores: whole rows (see above)
     lo, hi = pool_range
     if whole:
         batch_size = _whole_row_batch(scorer, queries, pool, pool_range, batch_size, chunk_size, name)
-    scratch = bool(getattr(scorer, "scratch_output", False))
+    scratch = scorer.scratch_output
     n = len(queries)
     n_pos = len(queries.positives.values)
     higher_vals = np.zeros(n_pos, dtype=np.int64)
@@ -570,7 +386,7 @@ def evaluate(
     n_ranked = np.zeros(n, dtype=np.int64)
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
     fused_scan = fused.enabled()
-    gemm_operands = getattr(scorer, "gemm_operands", None) if fused_scan else None
+    gemm_operands = scorer.gemm_operands if fused_scan else None
     gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
     spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
     verify_s = 0.0
@@ -582,7 +398,7 @@ def evaluate(
         small = batch.candidates is not None and batch.candidates.shape[1] <= chunk_size
         if whole:  # every score from the calls over whole rows; the positives' read from them
             full = _whole_rows(scorer, batch, pool_range, chunk_size, name)
-            if verify and not getattr(scorer, "set_dependent", False) and _checked(int(rows[0]) // batch_size):
+            if verify and not scorer.set_dependent and _checked(int(rows[0]) // batch_size):
                 t0 = time.perf_counter()
                 _verify(scorer, batch, full, pool_range, int(rows[0]) // batch_size, name, pool)
                 verify_s += time.perf_counter() - t0
@@ -634,7 +450,7 @@ def evaluate(
                 shape = cand.shape if cand.ndim == 2 else (B, len(cand))
                 raw = scorer(batch, cand)
                 # the dense scorer checks its inputs are finite, so its products are; others are scanned
-                s = _check(raw, shape, name, batch) if not getattr(scorer, "finite_inputs", False) \
+                s = _check(raw, shape, name, batch) if not scorer.finite_inputs \
                     else _check_shape(raw, shape, name)
                 if not scratch:
                     s = s.copy()  # never modify a scorer's own arrays
@@ -700,7 +516,7 @@ def evaluate(
         timings["verify_s"] = verify_s  # the consistency check's share of score_s
     top_idx[~np.isfinite(top_val)] = -1
     fused.keep_topk(spare_top)
-    if own_scorer and hasattr(scorer, "release"):
+    if own_scorer and scorer.release is not None:
         scorer.release()
     return EvalResult(
         ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals),
@@ -727,7 +543,7 @@ def _whole_row_batch(scorer: Scorer, queries: Queries, pool: Pool, pool_range: t
         raise ValueError(f"pool_range: ranker {name!r} scores with its own score(), whose positives are read "
                          "from whole rows; only the engine's dense scores are scanned shard by shard")
     if queries.candidates is None:
-        require_one_call(name, bool(getattr(scorer, "set_dependent", False)), width, chunk_size)
+        require_one_call(name, scorer.set_dependent, width, chunk_size)
     return max(1, min(batch_size, _ROW_BYTES // (8 * max(1, width))))
 
 
@@ -747,7 +563,7 @@ def _whole_rows(scorer: Scorer, batch: Queries, pool_range: tuple[int, int], chu
     """The batch's scores over each query's whole candidate list (or the whole pool), in the
     engine's own array: one call (a set-dependent ranker, or a list within ``chunk_size``) or
     one call per chunk on the fixed grid. Which calls are made never depends on the labels."""
-    one = bool(getattr(scorer, "set_dependent", False))
+    one = scorer.set_dependent
     if batch.candidates is not None:
         m = batch.candidates.shape[1]
         parts = [(0, batch.candidates)] if one or m <= chunk_size else \
@@ -806,7 +622,7 @@ def _verify(scorer: Scorer, batch: Queries, full: np.ndarray, pool_range: tuple[
     cand = pool_range[0] + cols if batch.candidates is None else batch.candidates[r : r + 1, cols]
     want = full[r : r + 1, cols]
     got = _check(scorer(sub, cand), want.shape, name, sub)
-    tol = float(getattr(scorer, "tolerance", 0.0))
+    tol = scorer.tolerance
     if tol == 0 and np.array_equal(got, want):
         return
     got, want = got.astype(np.float64), want.astype(np.float64)

@@ -57,8 +57,9 @@ from rbench.core.atomic import atomic_write_bytes
 from rbench.core.errors import DataError, RBenchError, unknown
 from rbench.core.hashing import short_hash
 from rbench.core.inputs import open_regular, require_regular
-from rbench.engine.evaluate import EvalResult, evaluate, is_embedding_ranker, make_scorer
+from rbench.engine.evaluate import EvalResult, evaluate
 from rbench.engine.metrics import MEASURES, per_query
+from rbench.engine.scorers import is_embedding_ranker, make_scorer
 
 PAIR_BUDGET = 2_000_000  # exhaustive reranking above this many pairs needs --force
 DEFAULT_DEPTH = 100  # when --rerank-depth is left out (a ranker may set ``rerank_depth``)

@@ -27,8 +27,8 @@ from rbench.core.errors import RBenchError, unknown
 from rbench.core.markdown import code_span
 from rbench.core.markdown import row as md_row
 from rbench.core.protocol import PROTOCOL_VERSION
-from rbench.results.budget import BUDGET_FIELDS, budget_cells, budget_raw, training_budget
 from rbench.results.record import ColumnKey, RowKey, RunRecord, finite, load_records, require_results_dir
+from rbench.results.training_budget import BUDGET_FIELDS, budget_cells, budget_raw, training_budget
 from rbench.tasks.pools import Variant, parse_variant
 from rbench.tasks.registry import paper_tasks
 

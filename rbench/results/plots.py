@@ -77,11 +77,11 @@ def plot_scaling(results_dir: Path, task: str, rankers: list[str], output: Path)
 
 
 def training_curves(results_dir: Path, task: str, rankers: list[str]) -> dict[str, list[dict]]:
-    """Row label -> training curve (``ranker_info["training_curve"]``, see ``rbench.results.budget``) of
+    """Row label -> training curve (``ranker_info["training_curve"]``, see ``rbench.results.training_budget``) of
     each record of ``task`` by one of ``rankers`` that has one. One curve per configuration: a
     model trained once and evaluated on several pools (variants) would repeat the same curve, so
     the original-pool record is preferred, then the newest."""
-    from rbench.results.budget import training_curve
+    from rbench.results.training_budget import training_curve
 
     best: dict[str, tuple[tuple[bool, str], list[dict]]] = {}
     for _, rec in load_records(require_results_dir(results_dir)):

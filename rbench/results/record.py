@@ -49,6 +49,10 @@ from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.engine.metrics import TIE_RULE
 from rbench.tasks.pools import Variant, parse_variant
 
+# The RunRecord file format's version: bumped when a field changes meaning or a reader of the old
+# format would misread the new one (adding an optional field does not). A record without the field
+# was written before it (schema 0: the same fields); one newer than this reader is refused.
+SCHEMA_VERSION = 1
 RECORD_SUFFIX = ".json"
 PER_QUERY_SUFFIX = ".perquery.csv.gz"
 RUN_SUFFIX = ".run.gz"  # the run's top-k as a gzipped TREC run in rbench's own order (rbench.engine.runfile)
@@ -132,6 +136,7 @@ class RunRecord:
     tie_rule: str = TIE_RULE
     rbench_version: str = rbench.__version__
     protocol: int = PROTOCOL_VERSION  # rbench.core.protocol; a record that lacks it reads as 0 (written before it)
+    schema: int = SCHEMA_VERSION  # the file format's version (SCHEMA_VERSION); a record that lacks it reads as 0
     git_commit: str = ""
     created: str = ""
     task_options: dict[str, Any] = field(default_factory=dict)
@@ -364,6 +369,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "task_fingerprint": ((str,), "a string"), "ranker": ((dict,), "an object"),
     "metrics": ((dict,), "an object"), "seed": ((int,), "an integer"), "n_queries": ((int,), "an integer"),
     "created": ((str,), "a string"), "config_hash": ((str,), "a string"), "protocol": ((int,), "an integer"),
+    "schema": ((int,), "an integer"),
     "per_query_file": ((str,), "a string"), "per_query_sha256": ((str,), "a string"),
     "run_file": ((str,), "a string"), "run_sha256": ((str,), "a string"),
     "timings": ((dict,), "an object"), "task_options": ((dict,), "an object"),
@@ -398,6 +404,9 @@ def _check_record(data: Any, path: Path) -> None:
                             path, field="metrics")
         if value < 0 or value > 1:  # means of per-query values in [0, 1] (NaN is shown as n/a)
             raise DataError(f"metric {name!r} should be between 0 and 1, not {value!r}", path, field="metrics")
+    if data.get("schema", 0) > SCHEMA_VERSION:
+        raise DataError(f"written in RunRecord schema {data['schema']} (by rbench {data.get('rbench_version', '?')}); "
+                        f"this rbench reads schemas up to {SCHEMA_VERSION}: upgrade rbench", path, field="schema")
     if "n_queries" in data and data["n_queries"] < 1:
         raise DataError(f"should be at least 1, not {data['n_queries']}", path, field="n_queries")
 
@@ -411,7 +420,7 @@ def read_record(path: Path) -> RunRecord:
     data = read_json(path, "a RunRecord")
     _check_record(data, path)
     known = set(RunRecord.__dataclass_fields__)
-    return RunRecord(**{"protocol": 0, **{k: v for k, v in data.items() if k in known}})
+    return RunRecord(**{"protocol": 0, "schema": 0, **{k: v for k, v in data.items() if k in known}})
 
 
 def require_results_dir(results_dir: Path) -> Path:

@@ -5,7 +5,7 @@ and a maintainer wants to know whether a committed result still holds (pyserini'
 reproductions). A recipe (``rbench/data/recipes/NAME.toml``, package data) says which rankers,
 tasks, variants and options one table or figure needs, per profile: ``paper`` (the paper's
 settings; a GPU) and ``cpu`` (budgets that run on two cores). Running it skips the runs whose
-RunRecords already exist (``--overwrite only-missing``, through ``rbench.evaluate_many``), then
+RunRecords already exist (``--overwrite only-missing``, through ``rbench.public.run_outcome``), then
 renders rbench's numbers and the paper's side by side, each cell with its Δ. The paper's numbers
 (``rbench/data/paper_reference.csv``) appear only under the task they belong to (``rec-movie``,
 never ``ml-100k``, which is MovieLens 100K, not the paper's MovieLens 1M).

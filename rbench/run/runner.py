@@ -38,18 +38,11 @@ from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.core.settings import MAX_TOPK, RunSettings
 from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
-from rbench.engine.evaluate import (
-    EvalResult,
-    encode_pool,
-    encode_queries,
-    evaluate,
-    is_embedding_ranker,
-    require_one_call,
-    vector_scorer,
-)
+from rbench.engine.evaluate import EvalResult, evaluate, require_one_call
 from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
 from rbench.engine.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
 from rbench.engine.runfile import run_file_bytes, run_width
+from rbench.engine.scorers import encode_pool, encode_queries, is_embedding_ranker, vector_scorer
 from rbench.results.record import (
     RunRecord,
     ensure_writable,

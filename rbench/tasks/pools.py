@@ -66,7 +66,7 @@ import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core.errors import RBenchError
-from rbench.tasks.columns import MergedTexts
+from rbench.tasks.text_columns import MergedTexts
 
 SHIFT_DOMAINS: dict[str, tuple[str, ...]] = {"recommendation": ("recommendation",),
                                              "passage": ("passage", "product"), "product": ("passage", "product")}

@@ -5,6 +5,12 @@ name declared twice, orders them (the embedded default first, then the paper's T
 the rest) and resolves a name to a ``Task`` (spec + family) with a "did you mean" for unknown names.
 Bring-your-own tasks (``rbench data import``) are read from disk on each lookup and never shadow
 a built-in name.
+
+Another package brings task families the way it brings rankers: through an entry point, in the
+group ``rbench.tasks``, naming a ``TaskFamily`` instance (or a class, instantiated without
+arguments). They are collected with the built-in families, so their tasks reach ``rbench tasks``,
+``rbench run`` and the Python API; a family that cannot be loaded is skipped with one warning
+naming its entry point (a broken plugin must not take every command down).
 """
 
 from __future__ import annotations
@@ -20,9 +26,31 @@ from rbench.tasks.families import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
 from rbench.tasks.sources import DataSource, read_provenance
 
+GROUP = "rbench.tasks"  # entry-point group of third-party task families
 FAMILIES: tuple[TaskFamily, ...] = (recsys.EMBEDDED, recsys.FAMILY, routing.FAMILY, passages.MSMARCO,
                                     passages.ESCI)
 IMPORTED: TaskFamily = imported.FAMILY
+
+
+def plugin_families() -> tuple[TaskFamily, ...]:
+    """The task families other packages register in the ``rbench.tasks`` entry-point group."""
+    import warnings
+    from importlib.metadata import entry_points
+
+    found: list[TaskFamily] = []
+    for ep in entry_points(group=GROUP):
+        try:
+            obj = ep.load()
+            family = obj() if isinstance(obj, type) else obj
+            if not isinstance(family, TaskFamily):
+                raise TypeError(f"{type(family).__name__} is not a rbench.tasks.family.TaskFamily")
+            family.specs()  # a family whose specs cannot be listed is as broken as one that cannot load
+        except Exception as exc:  # a third party's bug: name it, keep the other tasks working
+            warnings.warn(f"task family plugin {ep.name!r} ({ep.value}) skipped: {type(exc).__name__}: "
+                          f"{' '.join(str(exc).split())}", stacklevel=2)
+            continue
+        found.append(family)
+    return tuple(found)
 
 
 def _order(task: Task) -> tuple[int, int]:
@@ -46,7 +74,7 @@ def build(families: tuple[TaskFamily, ...]) -> dict[str, Task]:
     return dict(sorted(found.items(), key=lambda kv: _order(kv[1])))
 
 
-BUILTIN: dict[str, Task] = build(FAMILIES)
+BUILTIN: dict[str, Task] = build(FAMILIES + plugin_families())
 TASKS: dict[str, TaskSpec] = {name: task.spec for name, task in BUILTIN.items()}
 
 

@@ -43,7 +43,7 @@ sees a half-written entry, and of two concurrent writers the first rename wins):
   and ``<split>.candidates.npy``; arrays of 1 MiB or more are memory-mapped read-only on load
   (a ranker that writes into them fails loudly instead of corrupting the cache);
 - ``titles-<k>.arrow``: recommendation query texts are the lazy column
-  ``rbench.tasks.columns.HistoryTexts(history, titles, template)``; its titles (and template) are
+  ``rbench.tasks.text_columns.HistoryTexts(history, titles, template)``; its titles (and template) are
   stored and the lazy column is rebuilt on load, so millions of training windows never become
   strings.
 
@@ -73,8 +73,8 @@ from rbench.core.errors import DataError
 from rbench.core.hashing import file_sha256 as _file_sha256
 from rbench.core.hashing import folder_digests, short_hash
 from rbench.core.inputs import read_json
-from rbench.tasks.columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 from rbench.tasks.family import Task
+from rbench.tasks.text_columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 
 STORE_VERSION = 1
 INTEGRITY = "integrity.json"  # size + digest of every file of an entry, verified on every load

@@ -114,7 +114,7 @@ def test_download_then_prepare_from_the_loopback_server(capsys, monkeypatch, tmp
     assert code == 0 and json.loads(out)["sizes"]["pool (candidates)"]["prepared"] == 11
     code, out, _ = run(capsys, "data", "list", "--json")
     row = next(r for r in json.loads(out) if r["name"] == "esci")
-    assert row["raw_present"] and row["downloads"] == "2/2 files" and row["prepared"]["pool"] == 11
+    assert row["data_present"] and row["downloads"] == "2/2 files" and row["prepared"]["pool"] == 11
     server.files["/shopping_queries_dataset_examples.parquet"] = b"tampered"
     code, _, err = run(capsys, "data", "download", "esci", "--force", "--quiet")
     assert code == 2 and "checksum mismatch" in err

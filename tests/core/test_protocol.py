@@ -176,3 +176,21 @@ def test_files_a_task_pins_are_its_own_source_and_others_are_named(tmp_path):
 def test_the_embedded_task_is_its_own_source():
     data = rbench.load_task("ml-100k")
     assert data.info["data_source"]["own"] is True
+
+
+def test_records_carry_their_schema_and_a_newer_one_is_refused(tmp_path):
+    from rbench.core.errors import DataError
+    from rbench.results.record import SCHEMA_VERSION
+    from rbench_rankers.floors import PopularityRanker as Popularity
+
+    rbench.evaluate(Popularity, "ml-100k", max_queries=30, results_dir=tmp_path)
+    path = next(p for p in tmp_path.rglob("*.json"))
+    data = json.loads(path.read_text())
+    assert data["schema"] == SCHEMA_VERSION == read_record(path).schema
+    del data["schema"]  # written before records carried one
+    path.write_text(json.dumps(data))
+    assert read_record(path).schema == 0
+    data["schema"] = SCHEMA_VERSION + 1
+    path.write_text(json.dumps(data))
+    with pytest.raises(DataError, match=f"schema {SCHEMA_VERSION + 1}.*upgrade rbench"):
+        read_record(path)

@@ -87,8 +87,9 @@ def harness(ranker):
     """ranker's scores as a harness scorer (as the dense one: scanned chunk by chunk)."""
     def score(queries, candidates):
         return ranker.score(queries, candidates)
-    score.harness_scores = True
-    return score
+    from rbench.engine.scorers import Scorer
+
+    return Scorer(score, harness_scores=True)
 
 table32 = rng.integers(0, 50, (N_Q, N_POOL)).astype(np.float32)
 table64 = table32.astype(np.float64)

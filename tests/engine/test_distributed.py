@@ -169,7 +169,7 @@ def test_ray_embedding_in_order_and_resumable(tmp_path, cluster, backend):
 def test_arrow_texts_pickle_as_their_file(tmp_path):
     import pyarrow as pa
 
-    from rbench.tasks.columns import ArrowTextColumn
+    from rbench.tasks.text_columns import ArrowTextColumn
 
     path = tmp_path / "pool.arrow"
     table = pa.table({"texts": [f"text {i}" for i in range(2000)]})

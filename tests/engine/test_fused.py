@@ -71,7 +71,7 @@ def test_fewer_finite_candidates_than_k(monkeypatch):
 
 def test_dense_scorer_fp32(monkeypatch):
     """The engine's own GEMM path (fp32 scores, scratch buffer reused between chunks)."""
-    from rbench.engine.evaluate import vector_scorer
+    from rbench.engine.scorers import vector_scorer
 
     rng = np.random.default_rng(3)
     emb = np.round(rng.standard_normal((2000, 16)), 1).astype(np.float32)  # coarse values: ties
@@ -166,7 +166,7 @@ def test_mixed_precision_chunks(monkeypatch):
 def test_dense_scorer_long_rows(monkeypatch):
     """The engine's GEMM path on rows long enough for the sampled threshold (one chunk, and
     chunks that split the pool unevenly)."""
-    from rbench.engine.evaluate import vector_scorer
+    from rbench.engine.scorers import vector_scorer
 
     rng = np.random.default_rng(4)
     emb = rng.standard_normal((9000, 32)).astype(np.float32)

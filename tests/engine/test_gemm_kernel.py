@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 
 from rbench.engine import fused
-from rbench.engine.evaluate import vector_scorer
+from rbench.engine.scorers import vector_scorer
 from tests.helpers import assert_same_eval as _check_same
 from tests.helpers import assert_shards_merge, make_pool, make_queries
 from tests.helpers import fused_and_reference as _both

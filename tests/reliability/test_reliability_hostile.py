@@ -240,7 +240,7 @@ def test_a_task_input_that_is_not_a_regular_file_is_one_line(tmp_path, kind):
 def test_the_line_reader_refuses_what_is_not_a_regular_file(tmp_path, kind):
     bad = tmp_path / "qrels.tsv"
     os.mkfifo(bad) if kind == "fifo" else bad.symlink_to("/dev/zero")
-    code, _, err = run_process("-c", "from rbench.tasks.kit import iter_lines; import sys; next(iter_lines(sys.argv[1]))",
+    code, _, err = run_process("-c", "from rbench.tasks.building import iter_lines; import sys; next(iter_lines(sys.argv[1]))",
                                str(bad))
     assert code == 1 and "DataError" in err and "expected a regular file" in err, err
 

@@ -10,8 +10,8 @@ import json
 import pytest
 
 from rbench.core.errors import DataError
+from rbench.tasks.building import MIN_SPLIT_QUERIES
 from rbench.tasks.families.imported import imported_root
-from rbench.tasks.kit import MIN_SPLIT_QUERIES
 from rbench.tasks.registry import import_task, load_task
 from tests.tasks.test_tasks_imported import beir, write_jsonl
 

@@ -1,4 +1,4 @@
-"""Training budgets and curves (the ``rbench.results.budget`` contract) as RecBole's rankers record them:
+"""Training budgets and curves (the ``rbench.results.training_budget`` contract) as RecBole's rankers record them:
 filled from what RecBole actually ran, kept when a cached model is reused, derived for models
 cached before budgets were recorded."""
 
@@ -16,7 +16,7 @@ pytest.importorskip("recbole")
 
 import rbench_rankers.recbole as R  # noqa: E402
 from rbench.api import RunContext  # noqa: E402
-from rbench.results.budget import BUDGET_FIELDS, budget_cells, fmt_duration  # noqa: E402
+from rbench.results.training_budget import BUDGET_FIELDS, budget_cells, fmt_duration  # noqa: E402
 from rbench.tasks.families.recsys import load_atomic_dir  # noqa: E402
 from tests.rankers.test_recbole import SPEC, _write_atomic  # noqa: E402
 

@@ -138,3 +138,16 @@ def test_an_object_carries_its_own_options():
         rbench.evaluate(Flat(), "ml-100k", options={"k": 1})
     rec = rbench.evaluate(Flat(), "ml-100k", max_queries=10)
     assert rec.ranker["source"] == "object" and rec.ranker["name"] == "flat" and rec.n_queries == 10
+
+
+def test_evaluate_many_gives_what_evaluate_gives_for_each_run(tmp_path):
+    from rbench.results.record import RunRecord
+
+    many = rbench.evaluate_many(["pop", "random"], ["ml-100k"], max_queries=20, results_dir=tmp_path)
+    assert [type(r) for r in many] == [RunRecord, RunRecord]
+    assert [r.ranker["name"] for r in many] == ["pop", "random"]
+    one = rbench.evaluate("random", "ml-100k", max_queries=20)
+    assert many[1].metrics == one.metrics and many[1].per_query is not None
+    with pytest.warns(UserWarning, match="kept the existing RunRecord"):  # the same overwrite rule
+        again = rbench.evaluate_many(["pop"], ["ml-100k"], max_queries=20, results_dir=tmp_path)
+    assert again[0].metrics == many[0].metrics

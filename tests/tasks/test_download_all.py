@@ -148,9 +148,9 @@ def real_format_bodies() -> dict[str, dict[str, bytes]]:
 
 
 def human(n: int) -> str:
-    from rbench.cli.data import _bytes
+    from rbench.cli.common import bytes_text
 
-    return _bytes(n)
+    return bytes_text(n)
 
 
 def test_download_all_shows_the_total_first_then_fetches_every_task(server, monkeypatch, capsys):

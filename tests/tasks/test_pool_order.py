@@ -22,7 +22,7 @@ from rbench.api import Pool, Queries, TaskData
 from rbench.core import paths
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
-from rbench.tasks.kit import hashed_order
+from rbench.tasks.building import hashed_order
 from rbench.tasks.registry import import_task, load_task
 from tests.tasks.test_tasks_imported import write_jsonl
 from tests.tasks.test_tasks_passages import qna_records, write_esci, write_qna_parquet

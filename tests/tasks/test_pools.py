@@ -11,8 +11,8 @@ import pytest
 from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.core.errors import RBenchError
 from rbench.tasks import pools, store
-from rbench.tasks.columns import ArrowTextColumn, MergedTexts
 from rbench.tasks.registry import TASKS
+from rbench.tasks.text_columns import ArrowTextColumn, MergedTexts
 
 
 def make_pool(name: str, n: int, word: str) -> Pool:

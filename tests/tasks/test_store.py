@@ -15,9 +15,9 @@ import pytest
 from rbench.api import Pool, Queries, Ragged, Source, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.tasks import store
-from rbench.tasks.columns import ArrowTextColumn, HistoryTexts
 from rbench.tasks.families.recsys import SequentialOptions, build_sequential_task
 from rbench.tasks.family import Task, TaskFamily
+from rbench.tasks.text_columns import ArrowTextColumn, HistoryTexts
 
 SPEC = TaskSpec(name="toy-store", title="toy", scenario="large", domain="passage", description="",
                 paper_candidates=None, paper_queries=None, sources=(Source("x", "https://example.org", "-"),),

@@ -426,7 +426,7 @@ def test_two_candidate_subfolders_are_reported_not_guessed():
 def test_split_test_puts_every_query_in_test():
     import numpy as np
 
-    from rbench.tasks.kit import split_labels
+    from rbench.tasks.building import split_labels
 
     assert (split_labels(43, 0, mode="test") == 2).all()
     labels = split_labels(100, 0)

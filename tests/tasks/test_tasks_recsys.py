@@ -13,10 +13,11 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from rbench.api import Ragged
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
 from rbench.engine.evaluate import validate_queries
-from rbench.tasks import columns
+from rbench.tasks import text_columns
 from rbench.tasks.families import amazon, recsys
 from rbench.tasks.registry import data_status, get_task, load_task
 
@@ -357,9 +358,9 @@ def test_rec_clothing_streamed_50k_lines(monkeypatch):
     # called directly (load_task may answer from the prepared-data cache)
     spec, opts = get_task("rec-clothing"), recsys.SequentialOptions(max_train_per_user=5)
     plain = recsys.FAMILY.load(spec, opts, 0)
-    monkeypatch.setattr(columns, "ARROW_MIN_ROWS", 0)
+    monkeypatch.setattr(text_columns, "ARROW_MIN_ROWS", 0)
     arrow = recsys.FAMILY.load(spec, opts, 0)
-    assert isinstance(arrow.pool.texts, columns.ArrowTextColumn) and isinstance(plain.pool.texts, np.ndarray)
+    assert isinstance(arrow.pool.texts, text_columns.ArrowTextColumn) and isinstance(plain.pool.texts, np.ndarray)
     assert arrow.fingerprint == plain.fingerprint == task.fingerprint
     assert arrow.test.texts[3] == plain.test.texts[3]
     assert list(arrow.pool.texts[[0, 5]]) == list(plain.pool.texts[[0, 5]])
@@ -463,7 +464,7 @@ def test_rec_music_too_few_items_for_negatives():
 
 
 def test_sample_negatives_finishes_dense_users_exactly():
-    seqs = recsys.Ragged.from_rows([list(range(0, 95)), [3, 4]])  # user 0 leaves only 5 free items
+    seqs = Ragged.from_rows([list(range(0, 95)), [3, 4]])  # user 0 leaves only 5 free items
     seen = recsys.UserItems.of(seqs, 100)
     rng = np.random.default_rng(0)
     out = recsys.sample_negatives(rng, np.array([0, 0, 1]), seen, 5)

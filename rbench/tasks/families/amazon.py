@@ -53,7 +53,7 @@ import pyarrow.json as pj
 
 from rbench.core.errors import DataError
 from rbench.core.inputs import JsonSyntaxError, parse_json, require_regular
-from rbench.tasks.kit import iter_lines, parse_json_object
+from rbench.tasks.building import iter_lines, parse_json_object
 
 BLOCK_BYTES = 16 << 20  # bytes of JSON text parsed per block (one line must fit in a block)
 

@@ -23,14 +23,14 @@ Choices written down:
   not evaluated (they are counted in ``TaskData.info``).
 - Pool order: the corpus is read in file order, and a corpus is often written query by query
   (each query's judged documents together), so a document's place would say which query it
-  answers. The pool is laid out in the hashed order of ``rbench.tasks.kit`` (module doc, "Pool
+  answers. The pool is laid out in the hashed order of ``rbench.tasks.building`` (module doc, "Pool
   order": by sha256 of the corpus id), and each ``candidates.jsonl`` list in that pool order, so
   neither a candidate's position nor its column in a list tells which query it answers or
   whether it is the positive (a list file that puts the positive first is common). Corpus ids
   are the user's own: an id spelled after its query ("q12_p3") would still tell, and is the
   data's to avoid.
 - Without a ``split`` field the evaluated queries are split 8:1:1 (train/valid/test) by
-  ``rbench.tasks.kit.split_labels``, seeded by the run seed. An unknown id in qrels or candidates is an
+  ``rbench.tasks.building.split_labels``, seeded by the run seed. An unknown id in qrels or candidates is an
   error naming the file, line and field, never a silently dropped judgement.
 """
 
@@ -55,8 +55,7 @@ from rbench.core.errors import DataError, RBenchError
 from rbench.core.hashing import file_sha256 as _sha256
 from rbench.core.inputs import read_json, require_regular
 from rbench.engine.runfile import TREC_ID_RULE, is_trec_id
-from rbench.tasks.family import TaskFamily
-from rbench.tasks.kit import (
+from rbench.tasks.building import (
     SPLIT_NAMES,
     QueryTable,
     assemble,
@@ -67,6 +66,7 @@ from rbench.tasks.kit import (
     split_labels,
     text_field,
 )
+from rbench.tasks.family import TaskFamily
 
 _SPLIT_ALIASES = {"train": 0, "valid": 1, "validation": 1, "dev": 1, "test": 2}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")

@@ -22,7 +22,7 @@ Choices written down (both tasks unless said):
 1. Eligible queries have >= 1 relevant candidate (MS MARCO ``is_selected == 1``; ESCI label E,
    US locale). They are sorted by id (file order never matters) and ``n_queries`` of them drawn
    without replacement by a generator seeded from (seed, "sample"); the split uses its own
-   stream (``rbench.tasks.kit.split_labels``: 8:1:1 by query).
+   stream (``rbench.tasks.building.split_labels``: 8:1:1 by query).
 2. The positive is the first relevant candidate: MS MARCO the first selected passage in the
    query's list; ESCI the E product with the smallest ``example_id``.
 3. A query's other relevant candidates in the pool (its other selected passages / E products)
@@ -48,7 +48,7 @@ Choices written down (both tasks unless said):
 7. Pool order: the pool is gathered query by query (every passage of each sampled query, or the
    positive of each), and a collection file may be written that way too, so a candidate's place
    would say which query it answers. Every layout's pool is therefore laid out in the hashed
-   order of ``rbench.tasks.kit`` (module doc, "Pool order"): by sha256 of the candidate id, not
+   order of ``rbench.tasks.building`` (module doc, "Pool order"): by sha256 of the candidate id, not
    by query. Candidate ids are the source's own (ESCI ``product_id``, the collection's pid) or,
    for v1.1 passages, a hash of the text (rule 4): none is derived from a query.
 """
@@ -67,8 +67,7 @@ import pandas as pd
 from rbench.api import Pool, Ragged, RemoteFile, Source, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
-from rbench.tasks.family import TaskFamily
-from rbench.tasks.kit import (
+from rbench.tasks.building import (
     TREC_QRELS,
     QueryTable,
     assemble,
@@ -80,6 +79,7 @@ from rbench.tasks.kit import (
     seeded_rng,
     split_labels,
 )
+from rbench.tasks.family import TaskFamily
 
 QNA_SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
 ESCI_EXAMPLES = "shopping_queries_dataset_examples.parquet"

@@ -63,8 +63,8 @@ from rbench.api import Pool, Queries, RemoteFile, Source, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError, did_you_mean
 from rbench.core.inputs import read_json, text_reader
+from rbench.tasks.building import QueryTable, assemble, locate, not_present, split_labels
 from rbench.tasks.family import TaskFamily
-from rbench.tasks.kit import QueryTable, assemble, locate, not_present, split_labels
 
 WEIGHTS: dict[str, tuple[float, float]] = {"balance": (0.5, 0.5), "performance": (1.0, 0.0), "cost": (0.2, 0.8)}
 REQUIRED = ("task_id", "query", "llm", "effect", "cost")

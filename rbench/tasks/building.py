@@ -42,7 +42,7 @@ from rbench.api import MAX_GRADE, Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError, did_you_mean
 from rbench.core.inputs import iter_capped_lines, open_regular, parse_json
-from rbench.tasks.columns import take_texts
+from rbench.tasks.text_columns import take_texts
 
 SPLIT_NAMES = ("train", "valid", "test")
 MIN_SPLIT_QUERIES = 5  # smallest n for which round(n/10) >= 1: a non-empty valid and test split

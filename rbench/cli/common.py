@@ -1,0 +1,60 @@
+"""What the command modules share: the consoles, the progress bars, the output-file guard."""
+
+from __future__ import annotations
+
+import warnings
+from pathlib import Path
+from typing import Any
+
+from rich.progress import (
+    BarColumn,
+    MofNCompleteColumn,
+    Progress,
+    TimeElapsedColumn,
+    TimeRemainingColumn,
+)
+
+from rbench.core.console import console, description_column
+from rbench.core.errors import RBenchError
+
+out, err = console(), console(stderr=True)  # user text printed as it is (rbench.core.console)
+
+
+def progress_factory(enabled: bool):
+    """A Progress-reporting callback factory for ``rbench.run.runner.run``."""
+    progress = Progress(description_column(), BarColumn(), MofNCompleteColumn(),
+                        TimeElapsedColumn(), TimeRemainingColumn(), console=err, transient=False,
+                        disable=not enabled)
+
+    def factory(desc: str, total: int | None):
+        task_id = progress.add_task(desc, total=total)
+        return lambda n: progress.advance(task_id, n)
+
+    return progress, factory
+
+
+def refuse_emptying(target: Path, empty: bytes, why: str) -> None:
+    """An empty table never replaces a table that has rows (a mistyped option would wipe it)."""
+    try:
+        before = target.read_bytes() if target.is_file() else None
+    except OSError:
+        before = None
+    if before is not None and before != empty:
+        raise RBenchError(f"{why}: {target} is left as it is (delete it first to write an empty table)")
+    warnings.warn(f"{why}: the table is empty", stacklevel=2)
+
+
+def count_text(n: Any) -> str:
+    """A count with thousands separators, "–" for none."""
+    return f"{n:,}" if isinstance(n, int) and not isinstance(n, bool) else "–"
+
+
+def bytes_text(n: int) -> str:
+    """A size in B/KB/MB/GB/TB (powers of 1024), one decimal."""
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1024 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
