@@ -12,6 +12,7 @@ import copy
 import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Literal, Protocol, runtime_checkable
 
 import numpy as np
@@ -471,6 +472,6 @@ class EmbeddingRanker(Protocol):
 class RunContext:
     """What the harness hands a ranker at construction: where to cache, which seed, progress."""
 
-    cache_dir: Any  # pathlib.Path
+    cache_dir: Path
     seed: int = 0
     show_progress: bool = True

@@ -46,7 +46,8 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
              rerank_depth: int | str | None = None, force: bool = False, topk: int = DEFAULTS.topk,
              overwrite: str = DEFAULTS.overwrite, batch_size: int = DEFAULTS.batch_size,
              chunk_size: int = DEFAULTS.chunk_size,
-             ann: str | None = None, ray_shards: int | None = None) -> RunPlan:
+             ann: str | None = None, ray_shards: int | None = None, scan: str = DEFAULTS.scan,
+             scan_precision: str = DEFAULTS.scan_precision) -> RunPlan:
     """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
     option and file is checked here, before any data is loaded. ``options`` may hold
     ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing."""
@@ -56,7 +57,7 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
         ranker=ranker, task=task, variant=variant, sets=_sets(options, task_options), seed=seed,
         max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else DEFAULTS.results_dir,
         write=results_dir is not None, batch_size=batch_size, chunk_size=chunk_size, topk=topk, ann=ann,
-        ray_shards=ray_shards, rerank_from=rerank_from, rerank_depth=rerank_depth, force=force,
+        ray_shards=ray_shards, scan=scan, scan_precision=scan_precision, rerank_from=rerank_from, rerank_depth=rerank_depth, force=force,
         overwrite=overwrite))
 
 
@@ -75,7 +76,8 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
              task_options: Mapping[str, Any] | None = None, max_queries: int | None = None, seed: int = DEFAULTS.seed,
              results_dir: str | Path | None = None, rerank_from: str | None = None,
              rerank_depth: int | str | None = None, force: bool = False, topk: int = DEFAULTS.topk,
-             overwrite: str = DEFAULTS.overwrite) -> RunRecord:
+             overwrite: str = DEFAULTS.overwrite, scan: str = DEFAULTS.scan,
+             scan_precision: str = DEFAULTS.scan_precision) -> RunRecord:
     """Evaluate one ranker on one task; the RunRecord (metrics, timings, effective config), with
     its per-query metrics as a DataFrame in ``record.per_query``.
 
@@ -85,12 +87,15 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     needed. ``options``: the ranker's options (``--set``), ``task_options`` the task's. ``task``: a
     task name or a ``load_task(...)`` result's ``spec`` (anything else is refused in one line). A RunRecord is written only when
     ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an
-    existing record of the same run is kept (``record.per_query`` is then read from its file)."""
+    existing record of the same run is kept (``record.per_query`` is then read from its file).
+    ``scan="cuda"`` scans an embedding ranker's scores with torch on a GPU (``"torch"``: on the
+    CPU, the GPU path's twin; ``scan_precision`` fp32 | tf32 | bf16; docs/guides/gpu.md)."""
     from rbench.results.record import read_per_query
 
     out = run_outcome(ranker, task, variant=variant, options=options, task_options=task_options,
                       max_queries=max_queries, seed=seed, results_dir=results_dir, rerank_from=rerank_from,
-                      rerank_depth=rerank_depth, force=force, topk=topk, overwrite=overwrite)
+                      rerank_depth=rerank_depth, force=force, topk=topk, overwrite=overwrite, scan=scan,
+                      scan_precision=scan_precision)
     rec = out.record
     if out.skipped:  # say so, as the CLI does: the numbers come from an earlier run
         import warnings

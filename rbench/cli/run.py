@@ -28,6 +28,8 @@ def run_cmd(
     overwrite: str = typer.Option(DEFAULTS.overwrite, "--overwrite", help=help_of("overwrite")),
     ann: Optional[str] = typer.Option(DEFAULTS.ann, "--ann", help=help_of("ann")),
     ray_shards: Optional[int] = typer.Option(DEFAULTS.ray_shards, "--ray-shards", help=help_of("ray_shards")),
+    scan: str = typer.Option(DEFAULTS.scan, "--scan", help=help_of("scan")),
+    scan_precision: str = typer.Option(DEFAULTS.scan_precision, "--scan-precision", help=help_of("scan_precision")),
     rerank_from: Optional[str] = typer.Option(None, "--rerank-from", help="Two-stage run: rerank the top of this "
                                               "first-stage ranker (or run:PATH.run.gz, a TREC run file) with "
                                               "--ranker; metrics stay exact over the whole pool."),
@@ -54,7 +56,7 @@ def run_cmd(
     options = parse_assignments(sets)
     plans = [plan_run(r, t, variant=variant, options=options, seed=seed, max_queries=max_queries,
                       results_dir=None if no_write else results_dir, batch_size=batch_size, chunk_size=chunk_size,
-                      ann=ann, ray_shards=ray_shards, topk=topk, rerank_from=rerank_from, rerank_depth=rerank_depth,
+                      ann=ann, ray_shards=ray_shards, scan=scan, scan_precision=scan_precision, topk=topk, rerank_from=rerank_from, rerank_depth=rerank_depth,
                       force=force, overwrite=overwrite)
              for r in rankers for t in tasks for variant in variants]
     main_process = World.from_env().main

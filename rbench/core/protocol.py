@@ -38,7 +38,7 @@ PROTOCOL_CODE: tuple[str, ...] = (
     "rbench.api", "rbench.tasks.text_columns", "rbench.tasks.family", "rbench.tasks.building", "rbench.tasks.registry",
     "rbench.tasks.families", "rbench.tasks.families.recsys", "rbench.tasks.pools",
     "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
-    "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
+    "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.torch_scan", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
     "rbench.engine.sharded", "rbench.engine.metrics", "rbench.engine.runfile", "rbench.engine.rerank",
 )
 
@@ -66,7 +66,10 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # (the suite; bm25 and dense on ml-100k, pop on rec-music and bm25 on msmarco re-run
         # with benchmarks/rerun_records.py gave the committed records' metrics, per-query files
         # and run files byte for byte)
-        "3c7134c4753d8adf07ee302dcf30f3b38496da7e907a860b2a612cc5a3b38b18"),
+        "3c7134c4753d8adf07ee302dcf30f3b38496da7e907a860b2a612cc5a3b38b18",
+        # the torch scan (--scan cuda|torch, rbench.engine.torch_scan) joins the protocol's code;
+        # the default scan is unchanged; RunContext.cache_dir typed: no number moves
+        "bdf605983263091c2a9088f26c4b7e237f79383c8c9f0cdf28d222e057538343"),
 }
 
 

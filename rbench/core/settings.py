@@ -17,6 +17,8 @@ from typing import Any
 from rbench.core.errors import RBenchError, unknown
 
 OVERWRITE = ("only-missing", "always", "never")
+SCANS = ("cpu", "cuda", "torch")  # where an embedding ranker's scores are scanned (rbench.engine.torch_scan)
+SCAN_PRECISIONS = ("fp32", "tf32", "bf16")
 SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
 MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
 # beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
@@ -43,6 +45,12 @@ class RunSettings:
                                             "RAY_ADDRESS for a cluster).")
     topk: int = _setting(100, "Write each query's top N as a gzipped TREC run beside the RunRecord "
                               "(<stem>.<hash>.run.gz; 0: none; at most 100,000).")
+    scan: str = _setting("cpu", "Where an embedding ranker's scores are scanned: cpu (rbench's engine, the "
+                                "reference), cuda (torch on a GPU), torch (torch on the CPU: the GPU path's "
+                                "tested twin). Ranks are exact for the scores each path computes; fp32 GEMMs "
+                                "on other hardware differ in the last bits (docs/guides/gpu.md).")
+    scan_precision: str = _setting("fp32", "fp32 | tf32 | bf16: the torch scan's GEMM precision; tf32 and bf16 "
+                                           "compute other scores, so ties and ranks can move (--scan cuda/torch).")
     overwrite: str = _setting("only-missing", "only-missing: skip a run whose RunRecord exists with the same ranker "
                                               "(version, code, config), data and evaluation protocol; always: run and "
                                               "replace it; never: skip whenever it exists.")
@@ -64,6 +72,15 @@ class RunSettings:
                 raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
         if self.overwrite not in OVERWRITE:
             raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
+        if self.scan not in SCANS:
+            raise unknown("--scan", self.scan, SCANS)
+        if self.scan_precision not in SCAN_PRECISIONS:
+            raise unknown("--scan-precision", self.scan_precision, SCAN_PRECISIONS)
+        if self.scan == "cpu" and self.scan_precision != "fp32":
+            raise RBenchError(f"--scan-precision {self.scan_precision} applies to the torch scan: add --scan cuda "
+                              "(or --scan torch)")
+        if self.scan != "cpu" and self.ray_shards:
+            raise RBenchError(f"--scan {self.scan} and --ray-shards are two ways to scan: pick one")
 
 
 DEFAULTS = RunSettings()

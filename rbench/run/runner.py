@@ -41,6 +41,7 @@ from rbench.engine.ann import BACKENDS as ANN_BACKENDS
 from rbench.engine.evaluate import EvalResult, evaluate, require_one_call
 from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
 from rbench.engine.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
+from rbench.engine.rerank import RerankPlan
 from rbench.engine.runfile import run_file_bytes, run_width
 from rbench.engine.scorers import encode_pool, encode_queries, is_embedding_ranker, vector_scorer
 from rbench.results.record import (
@@ -118,7 +119,7 @@ class RunPlan(RunSettings):
     ranker_config: Any  # the ranker's typed options: its Config with --set applied
     variant: Variant
     world: World = World()
-    rerank: Any = None  # rbench.engine.rerank.RerankPlan: the two-stage protocol (None: an ordinary run)
+    rerank: RerankPlan | None = None  # the two-stage protocol (None: an ordinary run)
     ranker_source: str = "entry-point"  # where the class came from (RankerRef.source)
     ranker_obj: Any = None  # a ready-made ranker object handed in from Python (used as it is)
     source: Task | None = None  # the transfer variant's source task (fitted on; None: the task itself)
@@ -201,6 +202,17 @@ def apply_variant(data: TaskData, variant: Variant, seed: int, source: Task | No
 # --------------------------------------------------------------------------------------------
 
 
+def _require_torch_scan(scan: str) -> None:
+    """``--scan cuda|torch`` needs torch (and a CUDA device): said before any data is loaded."""
+    try:
+        import torch
+    except ImportError:
+        raise RBenchError(f"--scan {scan} needs torch: pip install torch (docs/guides/gpu.md)") from None
+    if scan == "cuda" and not torch.cuda.is_available():
+        raise RBenchError("--scan cuda: torch sees no CUDA device here (torch.cuda.is_available() is False); "
+                          "--scan torch runs the same path on the CPU")
+
+
 def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     """Resolve ``opts`` once; unknown names, bad options and bad variants fail here, before any
     data is loaded. ``world``: the processes of the run (default: from the environment)."""
@@ -208,6 +220,8 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     spec = task.spec
     if opts.ann is not None and opts.ann not in ANN_BACKENDS:
         raise unknown("--ann backend", opts.ann, ANN_BACKENDS)
+    if opts.scan != "cpu":
+        _require_torch_scan(opts.scan)
     task_sets, ranker_sets = split_sets(opts.sets)
     from rbench.engine.rerank import FIRST_PREFIX, make_rerank_plan
 
@@ -229,6 +243,9 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     rerank = make_rerank_plan(opts.rerank_from, opts.rerank_depth, first_sets, cls, spec.domain, force=opts.force)
     if rerank is not None and opts.ann is not None:
         raise RBenchError("--ann measures an embedding ranker's exact scan; it does not apply with --rerank-from")
+    if opts.scan != "cpu" and (rerank is not None or not is_embedding_ranker(ref.instance or cls)):
+        raise RBenchError(f"--scan {opts.scan} scans an embedding ranker's inner products (encode_pool/encode_queries); "
+                          f"{ref.name!r} scores with its own score()" + (" in a two-stage run" if rerank else ""))
     settings = {f.name: getattr(opts, f.name) for f in dataclasses.fields(RunSettings)}
     config = None if ref.instance is not None else ranker_config(cls, ranker_sets, ref.name)
     variant = parse_variant(opts.variant)
@@ -422,6 +439,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         run_options={"max_queries": max_queries, "batch_size": plan.batch_size,
                      "chunk_size": plan.chunk_size, "non_default": diff,
                      **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
+                     **({"scan": plan.scan, "scan_precision": plan.scan_precision} if plan.scan != "cpu" else {}),
                      **({"world_size": world.size} if world.size > 1 else {})},
         task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
                    "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
@@ -475,7 +493,9 @@ def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int 
     task_opts = _options_dict(plan.task_options)
     diff = {"ranker": non_default(plain_config(ranker.config), plain_config(_default_config(plan, context))),
             "task": non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
-            "max_queries": max_queries, "seed": plan.seed}
+            "max_queries": max_queries, "seed": plan.seed,
+            # the torch scan's scores are not the engine's bits: its record never stands for the CPU one
+            "scan": f"{plan.scan}/{plan.scan_precision}" if plan.scan != "cpu" else None}
     if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
         from rbench.core.hashing import file_sha256
         from rbench.engine.rerank import identity
@@ -544,7 +564,7 @@ def score(plan: RunPlan, ranker: Any, data: TaskData,
     test, pool = data.test, data.pool
     desc = f"{plan.ranker} on {plan.spec.name}"
     if not is_embedding_ranker(ranker):
-        for wanted, flag in ((plan.ray_shards, "--ray-shards"), (plan.ann, "--ann")):
+        for wanted, flag in ((plan.ray_shards, "--ray-shards"), (plan.ann, "--ann"), (plan.scan != "cpu", "--scan")):
             if wanted:
                 raise RBenchError(f"{flag} needs an embedding ranker; {plan.ranker!r} scores with its own score()")
         result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
@@ -561,6 +581,13 @@ def score(plan: RunPlan, ranker: Any, data: TaskData,
     tick = progress(desc, len(test))
     if plan.ray_shards:
         result = _on_ray(plan, emb, qv, test)
+        tick(len(test))
+    elif plan.scan != "cpu":  # torch on a GPU, or on the CPU as its twin (rbench.engine.torch_scan)
+        from rbench.engine.torch_scan import evaluate_dense_torch
+
+        result = evaluate_dense_torch(emb, qv, test, topk=plan.topk, chunk_size=plan.chunk_size,
+                                      batch_size=plan.batch_size, device="cuda" if plan.scan == "cuda" else "cpu",
+                                      precision=plan.scan_precision, name=ranker.name)
         tick(len(test))
     else:
         result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
