@@ -1,0 +1,196 @@
+"""Per-query latency of the generative rankers against LRanker on rec-music (20 candidates a query).
+
+Reproduces, as ratios, the LRanker paper's latency table (Appendix, "Latency comparison":
+per-query time on Rec-Music with 20 candidates: PRP 38.3 s, IRanker 6.5 s, RankGPT 3.8 s,
+LRanker 15 ms). The paper ran 8B-class LLMs on a GPU; here everything runs in one process on
+this machine's CPU with the offline SmolLM2-135M-Instruct (Q4_1 GGUF dequantised, fp32), so the
+absolute numbers are not comparable: the ordering and the ratios to LRanker are the point.
+
+Method: each ranker is built once (``make_ranker``) and handed as a ready-made object to
+``rbench.evaluate(ranker, "rec-music", max_queries=N)``, so its model is loaded once. One
+untimed warm-up run on 1 query (model load, first forward passes), then ``--repeats`` timed
+runs on the same seeded sample of N test queries; reported: the median of
+``record.timings["per_query_ms"]`` (the engine's ``score_s`` / N: for a generative ranker every
+model call of the query plus the engine's scan; for LRanker the query encoding plus the scan of
+the pool's vectors, the pool encoded beforehand in ``fit``/``index`` and not timed, as the
+paper's inference latency). Generative rankers run with the response cache off (``cache=false``)
+so every call reaches the model; model calls and tokens per query are the differences of the
+cumulative ``ranker_info["generation"]`` counters over the timed runs, divided by the queries.
+
+LRanker runs with the ``preset=cpu`` backbone (all-MiniLM-L6-v2, 22.7M) and the smallest
+training budget (``max_steps=40 eval_every=40 n_negatives=5``; a checkpoint of that key is reused
+from the cache, else training runs first, outside the timing) and direct ranking E^(0)
+(``width=0 depth=0``, no test-time scaling). Training budget does not change inference cost.
+
+PRP-Sliding-10 makes 380 model calls a query on 20 candidates (10 passes x 19 pairs x 2 orders),
+PRP-Allpair 380 as well (190 pairs x 2); ``--slow-queries`` (default 1) caps their N.
+
+Usage (heavy: run under the machine-wide lock):
+    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py --queries 2 --repeats 1
+    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py --rankers rankgpt,lranker
+Prints a rich table and writes benchmarks/results/llm_rankers_latency.md after every ranker (a
+run cut short keeps its rows).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+# The paper's published per-query latencies (LRanker paper, Appendix "Latency comparison" table:
+# Rec-Music, 20 candidates per query, 8B-class LLM rankers on a GPU), in ms.
+PAPER_MS = {"PRP": 38_300.0, "IRanker": 6_500.0, "RankGPT": 3_800.0, "LRanker": 15.0}
+
+# key -> (registered ranker, options, the paper's row it corresponds to or None, slow)
+GENERATIVE = {"backend": "transformers", "model": "smollm2-135m", "cache": False}
+LRANKER = {"preset": "cpu", "max_steps": 40, "eval_every": 40, "n_negatives": 5, "width": 0, "depth": 0}
+RANKERS: dict[str, tuple[str, dict, str | None, bool]] = {
+    "lranker": ("lranker", LRANKER, "LRanker", False),
+    "rankgpt": ("rankgpt", GENERATIVE, "RankGPT", False),
+    "iranker": ("iranker", GENERATIVE, "IRanker", False),
+    "iranker-direct": ("iranker", {**GENERATIVE, "variant": "direct"}, None, False),
+    "pointwise-llm": ("pointwise-llm", GENERATIVE, None, False),
+    "prp": ("prp", GENERATIVE, "PRP", True),
+    "prp-allpair": ("prp", {**GENERATIVE, "variant": "allpair"}, None, True),
+}
+TASK = "rec-music"
+
+
+def cpu_name() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def gen_counts(record) -> dict:
+    g = (record.ranker_info or {}).get("generation") or {}
+    return {k: float(g.get(k, 0) or 0) for k in ("calls", "tokens_in", "tokens_out")}
+
+
+def measure(key: str, args, console) -> dict:
+    import rbench
+    from rbench.api import RunContext
+    from rbench.core import paths
+    from rbench.engine.plugins import make_ranker
+
+    name, options, paper, slow = RANKERS[key]
+    n = min(args.queries, args.slow_queries) if slow else args.queries
+    ranker = make_ranker(name, dict(options), RunContext(cache_dir=paths.cache_dir(), seed=args.seed,
+                                                         show_progress=False))
+    t0 = time.perf_counter()
+    rec = rbench.evaluate(ranker, TASK, max_queries=1, seed=args.seed)  # warm-up (and LRanker's fit), untimed
+    warm_s = time.perf_counter() - t0
+    before = gen_counts(rec)
+    times = []
+    for rep in range(args.repeats):
+        rec = rbench.evaluate(ranker, TASK, max_queries=n, seed=args.seed)
+        times.append(float(rec.timings["per_query_ms"]))
+        console.log(f"{key}: repeat {rep + 1}/{args.repeats}: {times[-1]:,.1f} ms/query ({n} queries)")
+    after = gen_counts(rec)
+    per_q = {k: (after[k] - before[k]) / (n * args.repeats) for k in after}
+    close = getattr(ranker, "close", None)
+    if callable(close):
+        close()
+    sets = "" if key == "lranker" else " ".join(f"{k}={v}" for k, v in options.items() if k not in GENERATIVE)
+    return {"key": key, "ranker": name, "sets": sets, "paper": paper, "n": n, "ms": statistics.median(times),
+            "runs": times, "warm_s": warm_s, "generative": key != "lranker", **per_q,
+            "mrr": float(rec.metrics.get("MRR", rec.metrics.get("RR", float("nan"))))}
+
+
+def fmt_ms(ms: float) -> str:
+    return f"{ms / 1000:,.2f} s" if ms >= 1000 else f"{ms:,.1f} ms"
+
+
+def build_rows(rows: list[dict]) -> list[list[str]]:
+    lr = next((r["ms"] for r in rows if r["key"] == "lranker"), None)
+    out = []
+    for r in rows:
+        paper = PAPER_MS.get(r["paper"]) if r["paper"] else None
+        out.append([
+            r["key"] + (f" ({r['sets']})" if r["sets"] else ""), str(r["n"]), fmt_ms(r["ms"]),
+            " ".join(f"{t:,.0f}" for t in r["runs"]),
+            f"{r['calls']:,.0f}" if r["generative"] else "-",
+            f"{r['tokens_in']:,.0f}" if r["generative"] else "-",
+            f"{r['tokens_out']:,.0f}" if r["generative"] else "-",
+            f"{r['ms'] / lr:,.0f}x" if lr else "n/a (lranker not measured)",
+            f"{r['paper']}: {fmt_ms(paper)}" if paper else "-",
+            f"{paper / PAPER_MS['LRanker']:,.0f}x" if paper else "-",
+        ])
+    return out
+
+
+COLS = ["ranker (options)", "queries", "ms/query (median)", "runs (ms/query)", "model calls/query",
+        "tokens in/query", "tokens out/query", "vs LRanker (here)", "paper ms/query", "paper vs LRanker"]
+
+
+def write(rows: list[dict], args, head: str) -> str:
+    lines = ["# Generative rankers vs LRanker: per-query latency on rec-music (20 candidates)", "", head, "",
+             f"Median of {args.repeats} timed run(s) after a 1-query warm-up, per ranker, one process; "
+             "ms/query = `record.timings[\"per_query_ms\"]` of `rbench.evaluate` (every model call of a "
+             "query plus the engine's scan; LRanker: query encoding plus scan, pool encoded beforehand). "
+             "Calls and tokens per query from `ranker_info[\"generation\"]` over the timed runs. "
+             "All values measured, none extrapolated. Paper: LRanker paper, Appendix \"Latency comparison\" "
+             "(8B-class LLMs on a GPU; absolute numbers not comparable, compare the order and the ratios).", "",
+             "| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
+    lines += ["| " + " | ".join(c) + " |" for c in build_rows(rows)]
+    lines += ["", f"Command: `python benchmarks/llm_rankers_latency.py {' '.join(sys.argv[1:])}`".rstrip(), ""]
+    text = "\n".join(lines)
+    args.output.parent.mkdir(parents=True, exist_ok=True)
+    tmp = args.output.with_suffix(".md.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    tmp.replace(args.output)
+    return text
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--rankers", default=",".join(RANKERS), help=f"comma-separated, of: {', '.join(RANKERS)}")
+    ap.add_argument("--queries", type=int, default=3, help="test queries timed (seeded sample)")
+    ap.add_argument("--slow-queries", type=int, default=1, help="cap on the queries timed for prp (380 calls/query)")
+    ap.add_argument("--repeats", type=int, default=3)
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "llm_rankers_latency.md")
+    args = ap.parse_args()
+    keys = [k.strip() for k in args.rankers.split(",") if k.strip()]
+    unknown = [k for k in keys if k not in RANKERS]
+    if unknown:
+        ap.error(f"unknown ranker(s) {', '.join(unknown)}: choose from {', '.join(RANKERS)}")
+    if args.queries < 1 or args.repeats < 1 or args.slow_queries < 1:
+        ap.error("--queries, --slow-queries and --repeats must be >= 1")
+
+    import torch
+    from rich.console import Console
+    from rich.table import Table
+
+    console = Console(width=200)
+    head = (f"CPU: {cpu_name()} ({platform.machine()}), torch {torch.__version__} with "
+            f"{torch.get_num_threads()} threads; generative model: SmolLM2-135M-Instruct (Q4_1 GGUF "
+            "dequantised, fp32 on CPU, transformers backend, greedy, response cache off); LRanker: "
+            "all-MiniLM-L6-v2 fp32 on CPU, direct ranking E^(0) (--set "
+            + " ".join(f"{k}={v}" for k, v in LRANKER.items()) + "), a batch of N queries encoded together.")
+    rows: list[dict] = []
+    for key in keys:
+        rows.append(measure(key, args, console))
+        write(rows, args, head)
+    table = Table(title=f"per-query latency on {TASK} (20 candidates); {head}")
+    for col in COLS:
+        table.add_column(col)
+    for r in build_rows(rows):
+        table.add_row(*r)
+    console.print(table)
+    console.print(f"wrote {args.output}")
+
+
+if __name__ == "__main__":
+    main()
