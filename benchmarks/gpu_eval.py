@@ -151,10 +151,10 @@ def write(rows: list[dict], args, cpu: str, gpu: str | None) -> str:
                      f"{runs} |")
     lines += ["", f"Command: `python benchmarks/gpu_eval.py {' '.join(sys.argv[1:])}`".rstrip(), ""]
     text = "\n".join(lines)
+    from rbench.core.atomic import atomic_write_text  # the one atomic writer
+
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.output)
+    atomic_write_text(args.output, text)
     return text
 
 

@@ -146,10 +146,10 @@ def write(rows: list[dict], args, head: str) -> str:
     lines += ["| " + " | ".join(c) + " |" for c in build_rows(rows)]
     lines += ["", f"Command: `python benchmarks/llm_rankers_latency.py {' '.join(sys.argv[1:])}`".rstrip(), ""]
     text = "\n".join(lines)
+    from rbench.core.atomic import atomic_write_text  # the one atomic writer
+
     args.output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = args.output.with_suffix(".md.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    tmp.replace(args.output)
+    atomic_write_text(args.output, text)
     return text
 
 
