@@ -29,6 +29,7 @@ import numpy as np
 
 from rbench.plugin import RBenchError
 
+from .backend import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_choice, parse_permutation
 from .prompts import iranker_direct_chat, iranker_step_chat
@@ -54,6 +55,11 @@ class IRankerRanker(GenerativeRanker):
     description = "IRanker LLM reranker (Feng et al. 2025): iterative elimination, or direct ranking"
     Config = IRankerOptions
     default_new_tokens = 8
+
+    @classmethod
+    def prompt_example(cls, domain: str = "passage") -> Chat:
+        """The prompt on a two-candidate example (``rbench rankers`` shows it)."""
+        return iranker_step_chat("QUERY", ["CANDIDATE 1", "CANDIDATE 2"], [0, 1], domain)
 
     def rank(self, queries: list[str], docs: list[list[str]]) -> np.ndarray:
         m = len(docs[0]) if docs else 0

@@ -34,6 +34,7 @@ import numpy as np
 
 from rbench.plugin import RBenchError
 
+from .backend import Chat
 from .base import GenerativeOptions, GenerativeRanker
 from .parse import parse_yes_no
 from .prompts import query_likelihood_chat, relevance_chat
@@ -64,6 +65,11 @@ class PointwiseLLMRanker(GenerativeRanker):
     set_dependent = False
     score_tolerance = 1e-3
     default_new_tokens = 4
+
+    @classmethod
+    def prompt_example(cls, domain: str = "passage") -> Chat:
+        """The prompt on a two-candidate example (``rbench rankers`` shows it)."""
+        return relevance_chat("QUERY", "CANDIDATE", domain)
 
     def rank(self, queries: list[str], docs: list[list[str]]) -> np.ndarray:
         m = len(docs[0]) if docs else 0

@@ -33,6 +33,7 @@ import numpy as np
 
 from rbench.plugin import RBenchError
 
+from .backend import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_pair
 from .prompts import prp_chat
@@ -69,6 +70,11 @@ class PRPRanker(GenerativeRanker):
     description = "PRP pairwise LLM reranker (Qin et al. 2024): both orders per pair, sliding K=10 or all pairs"
     Config = PRPOptions
     default_new_tokens = 8
+
+    @classmethod
+    def prompt_example(cls, domain: str = "passage") -> Chat:
+        """The prompt on a two-candidate example (``rbench rankers`` shows it)."""
+        return prp_chat("QUERY", "CANDIDATE A", "CANDIDATE B", domain)
 
     def verdicts(self, chats: list[list[dict[str, str]]]) -> list[float]:
         """For each prompt, the share of the win that goes to A (1, 0 or 0.5 for a tie)."""

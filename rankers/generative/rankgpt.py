@@ -32,6 +32,7 @@ import numpy as np
 
 from rbench.plugin import RBenchError
 
+from .backend import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_permutation
 from .prompts import rankgpt_chat
@@ -78,6 +79,11 @@ class RankGPTRanker(GenerativeRanker):
     description = "RankGPT listwise LLM reranker (Sun et al. 2023): permutation generation, sliding window 20/10"
     Config = RankGPTOptions
     windowed = True
+
+    @classmethod
+    def prompt_example(cls, domain: str = "passage") -> Chat:
+        """The prompt on a two-candidate example (``rbench rankers`` shows it)."""
+        return rankgpt_chat("QUERY", ["CANDIDATE 1", "CANDIDATE 2"], domain)
 
     def rank(self, queries: list[str], docs: list[list[str]]) -> np.ndarray:
         cfg = self.cfg

@@ -100,7 +100,9 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
                      "description": getattr(cls, "description", "") or (cls.__doc__ or "").strip().split("\n")[0],
                      "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls),
                      **({"presets": cls.presets} if getattr(cls, "presets", None) else {}),
-                     **({"pairwise": True} if getattr(cls, "pairwise", False) else {})})
+                     **({"pairwise": True} if getattr(cls, "pairwise", False) else {}),
+                     # a generative ranker's prompt, rendered on a two-candidate example
+                     **({"prompt": cls.prompt_example()} if callable(getattr(cls, "prompt_example", None)) else {})})
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
@@ -114,6 +116,10 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
         opts = ", ".join(f"{o['name']}={o['default']}" for o in r["options"])
         table.add_row(r["name"], str(r["version"]), ", ".join(r["domains"]), opts, r["description"])
     out.print(table)
+    for r in rows:  # generative rankers: the prompt they send (a two-candidate passage example)
+        for message in r.get("prompt") or ():
+            out.print(styled((str(r["name"]), "bold"), " prompt ", (str(message.get("role")), "cyan"), ": "
+                             + " ".join(str(message.get("content", "")).split())), soft_wrap=True)
     for r in rows:  # presets (--set model=NAME) with the prompts they use
         for preset, spec in (r.get("presets") or {}).items():
             out.print(styled((str(r["name"]), "bold"), " preset ", (preset, "cyan"),
