@@ -363,12 +363,16 @@ def evaluate(
     if pool_range is not None and queries.candidates is not None:
         raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
     pool_range = pool_range or (0, len(pool))
-    timings: dict[str, float] = {"compile_s": fused.warmup()}  # the JIT's first compile: not the ranker's cost
+    timings: dict[str, float] = {}
     own_scorer = scorer is None  # made here: its memory is released at the end
     if scorer is None:
         scorer, made = make_scorer(ranker, pool)
         timings.update(made)
     scorer = as_scorer(scorer)
+    width = queries.candidates.shape[1] if queries.candidates is not None else pool_range[1] - pool_range[0]
+    fused_scan = fused.enabled() and fused.scan_pays(len(queries), width)  # small scans: numpy, no JIT
+    # the JIT's first compile, of what this evaluation calls: not the ranker's cost
+    timings["compile_s"] = fused.warmup(scan=fused_scan, gemm=scorer.gemm_operands is not None)
     name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
     whole = not scorer.harness_scores  # ranker code's scores: whole rows (see above)
     lo, hi = pool_range
@@ -385,7 +389,6 @@ def evaluate(
     top_val = np.full((n, topk), -np.inf, dtype=np.float64)
     n_ranked = np.zeros(n, dtype=np.int64)
     hit_bufs: dict[tuple[int, int], np.ndarray] = {}
-    fused_scan = fused.enabled()
     gemm_operands = scorer.gemm_operands if fused_scan else None
     gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
     spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers

@@ -287,7 +287,24 @@ _WARM_LOCK = threading.Lock()
 _WARM_DIM = 8  # the tiny inputs' vector length (any d > 0 compiles the same signatures)
 
 
-def warmup() -> float:
+# Below this many scores an evaluation's scan runs on the numpy passes: the fused kernel would
+# save well under a second there, while compiling it on a fresh install (an empty numba cache)
+# costs about a minute and a half on two cores (the first `rbench run --ranker pop --task
+# ml-100k`, 943 x 1,682 scores, paid it in full). The numpy passes count ranks exactly as the
+# kernel does, so the choice moves no number (tests/engine/test_fused.py).
+# ``RBENCH_FUSED_MIN_SCORES`` overrides it (the test suite sets 0, so that its small inputs run
+# through the kernel the large ones use).
+SMALL_SCAN = 50_000_000
+
+
+def scan_pays(n_rows: int, width: int) -> bool:
+    """Whether an evaluation of ``n_rows`` queries x ``width`` candidates is large enough for the
+    fused scan (``SMALL_SCAN``); the engine and the runner ask before compiling anything."""
+    floor = os.environ.get("RBENCH_FUSED_MIN_SCORES", "")
+    return int(n_rows) * int(width) >= (int(floor) if floor.strip().isdigit() else SMALL_SCAN)
+
+
+def warmup(scan: bool = True, gemm: bool = True) -> float:
     """Compile (or load from numba's cache) every kernel signature the engine may call, once per
     process; returns the seconds it took (0.0 when nothing was left to do: later calls cost a
     lock and a set lookup). The engine calls it before timing an evaluation and records the
@@ -295,9 +312,11 @@ def warmup() -> float:
 
     It follows the switches as the engine reads them: the fused scan only when ``enabled()``,
     rbench's GEMM only when ``own_gemm`` (independent of ``RBENCH_FUSED``), their fusion when
-    both; numba not installed: nothing. A switch turned on later is warmed by the next call."""
+    both; numba not installed: nothing. A switch turned on later is warmed by the next call.
+    ``scan=False`` / ``gemm=False``: the caller will not use that kernel (a small scan, a ranker
+    without vectors), so it is not compiled: a fresh install's first small run compiles nothing."""
     with _WARM_LOCK:
-        todo = [name for name, wanted in _groups() if wanted and name not in _WARM]
+        todo = [name for name, wanted in _groups(scan, gemm) if wanted and name not in _WARM]
         if not todo:
             return 0.0
         t0 = time.perf_counter()
@@ -307,10 +326,10 @@ def warmup() -> float:
         return time.perf_counter() - t0
 
 
-def _groups() -> list[tuple[str, bool]]:
+def _groups(scan: bool = True, gemm: bool = True) -> list[tuple[str, bool]]:
     """(group, whether the engine would call it now), in the order they are warmed."""
-    scan_on = enabled()
-    gemm_on = own_gemm(_WARM_DIM)
+    scan_on = scan and enabled()
+    gemm_on = gemm and own_gemm(_WARM_DIM)
     return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on)]
 
 

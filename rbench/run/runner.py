@@ -385,7 +385,11 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
 
     if plan.rerank is None and data.test.candidates is None:  # refused before the fit, not after
         require_one_call(plan.ranker, bool(getattr(ranker, "set_dependent", False)), len(data.pool), plan.chunk_size)
-    compile_s = fused.warmup()  # the engine's kernels, before any timer (a fit may evaluate on valid)
+    # the engine's kernels this run's scoring calls, before any timer (a fit may evaluate on valid):
+    # the fused scan only for a scan large enough to pay for its compile, rbench's GEMM only for
+    # a ranker that scores by vectors (rbench.engine.fused.scan_pays)
+    width = data.test.candidates.shape[1] if data.test.candidates is not None else len(data.pool)
+    compile_s = fused.warmup(scan=fused.scan_pays(len(data.test), width), gemm=is_embedding_ranker(ranker))
     view = data.for_fit()  # a copy without the test labels (the runner keeps ``data``), made before the timer
     t0 = time.perf_counter()
     step = progress(f"fitting {plan.ranker}", 1)
