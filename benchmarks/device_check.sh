@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # One check of the torch evaluation path (rbench/engine/torch_scan.py) on a rented GPU machine:
-# versions, the CUDA tests of tests/engine/test_torch_scan.py, and benchmarks/gpu_eval.py at GPU
+# versions, the CUDA tests of tests/engine/test_torch_scan.py, and benchmarks/engine_gpu.py at GPU
 # sizes. Run from the repository root:  bash benchmarks/device_check.sh
 # Needs python3 with torch (CUDA), numpy, numba, rich, pytest; rbench is imported from the working
 # tree (PYTHONPATH), not installed. Wheels in .whl/ (platformdirs, pooch, bm25s, psutil) are
@@ -56,14 +56,14 @@ import rbench.engine.evaluate, rbench.engine.torch_scan; print("rbench", rbench.
 # the CUDA tests, then the whole file (CPU tests included: torch here may be another version)
 step pytest-cuda 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/engine/test_torch_scan.py
 step pytest-all 40 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_torch_scan.py
-step gpu-eval 130 python3 benchmarks/gpu_eval.py --repeats 3 --output "$OUT/gpu_eval.md"
+step gpu-eval 130 python3 benchmarks/engine_gpu.py --repeats 3 --output "$OUT/engine_gpu.md"
 # the generation layer and the generative rankers: CUDA against CPU on a small random Llama
 [ -d .gpu-carry/tiny-llama ] && step generative 90 python3 benchmarks/device_generative.py .gpu-carry/tiny-llama \
   --out "$OUT/device_generative.md"
 # the other CUDA-marked tests of the rankers (LRanker bf16 + checkpointing, RankLLaMA, cross-encoder)
 step pytest-cuda-rankers 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/rankers/test_lranker_gpu.py \
   tests/rankers/test_rankllama.py tests/rankers/test_cross_encoder.py tests/rankers/generative/test_backends.py
-[ -f "$OUT/gpu_eval.md" ] && cp "$OUT/gpu_eval.md" benchmarks/results/gpu_eval.md
+[ -f "$OUT/engine_gpu.md" ] && cp "$OUT/engine_gpu.md" benchmarks/results/engine_gpu.md
 [ -f "$OUT/device_generative.md" ] && cp "$OUT/device_generative.md" benchmarks/results/device_generative.md
 echo "=== done: status $status; files in $OUT:"
 ls -la "$OUT"

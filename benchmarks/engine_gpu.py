@@ -11,10 +11,10 @@ from the engine's (exact count; fp32 on another GEMM differs only on near-ties, 
 compute other scores) and the share of top-k indices that agree.
 
 Usage:
-    python benchmarks/gpu_eval.py                                    # GPU sizes (below)
-    python benchmarks/gpu_eval.py --sizes 200x20000x64,200x50000x128 --repeats 3   # CPU-only sized
+    python benchmarks/engine_gpu.py                                    # GPU sizes (below)
+    python benchmarks/engine_gpu.py --sizes 200x20000x64,200x50000x128 --repeats 3   # CPU-only sized
 Sizes are QUERIESxCANDIDATESxD, comma-separated. Prints a rich table and writes
-benchmarks/results/gpu_eval.md after every size (a run cut short keeps what it measured).
+benchmarks/results/engine_gpu.md after every size (a run cut short keeps what it measured).
 """
 
 from __future__ import annotations
@@ -77,6 +77,39 @@ def _timed(fn, repeats: int):
     return statistics.median(times), times, res
 
 
+_PEAK: dict[str, float] = {}
+
+
+def gemm_peak(precision: str) -> float:
+    """The device's dense GEMM rate in this process (FLOP/s): the median of 5 timed 8192^3
+    products after a warm-up, in the precision the scan uses (fp32 with TF32 off, TF32, bf16
+    operands with fp32 output as the scan computes them). The reference of the "share of GEMM
+    peak" column: measured here, not a spec sheet's number."""
+    if precision in _PEAK:
+        return _PEAK[precision]
+    import torch
+
+    n = 8192
+    a, b = torch.randn(n, n, device="cuda"), torch.randn(n, n, device="cuda")
+    before = torch.backends.cuda.matmul.allow_tf32
+    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+    if precision == "bf16":
+        a, b = a.bfloat16(), b.bfloat16()
+    try:
+        times = []
+        for i in range(6):
+            torch.cuda.synchronize()
+            t = time.perf_counter()
+            torch.mm(a, b)
+            torch.cuda.synchronize()
+            if i:
+                times.append(time.perf_counter() - t)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = before
+    _PEAK[precision] = 2.0 * n**3 / statistics.median(times)
+    return _PEAK[precision]
+
+
 def measure(n_q: int, n_pool: int, dim: int, args, cuda: bool, progress) -> list[dict]:
     from rbench.engine.evaluate import evaluate
     from rbench.engine.torch_scan import evaluate_dense_torch
@@ -109,7 +142,10 @@ def measure(n_q: int, n_pool: int, dim: int, args, cuda: bool, progress) -> list
                      "rank_diff": int(np.count_nonzero(res.ranks.values != ref.ranks.values)),
                      "n_pos": len(ref.ranks.values),
                      "topk_agree": float(np.mean(res.topk_index == ref.topk_index)) if args.k else 1.0,
-                     "transfer_s": res.timings.get("transfer_s")})
+                     "transfer_s": res.timings.get("transfer_s"),
+                     # the scan's GEMM work over the whole call's time, against the measured GEMM rate
+                     "peak_share": (2.0 * n_q * n_pool * dim / med / gemm_peak(label.rsplit(" ", 1)[1])
+                                    if label.startswith("torch CUDA") else None)})
     return rows
 
 
@@ -131,6 +167,10 @@ def _devices() -> tuple[str, str | None]:
     return cpu, gpu
 
 
+def _share(x: float | None) -> str:
+    return "–" if x is None else f"{100 * x:.0f}%"
+
+
 def write(rows: list[dict], args, cpu: str, gpu: str | None) -> str:
     import torch
 
@@ -142,14 +182,17 @@ def write(rows: list[dict], args, cpu: str, gpu: str | None) -> str:
              "wall time of a whole call (the pool's host -> device transfer included). Speed-up: the CPU "
              "engine's median / the setting's, same process. Ranks differing: positives whose rank is not the "
              "CPU engine's (fp32: near-ties summed in another order; tf32/bf16: other scores).", "",
-             "| size | setting | median (s) | queries/s | speed-up vs CPU engine | ranks differing | "
-             "top-k indices agreeing | all runs (s) |", "|---|---|---|---|---|---|---|---|"]
+             "Share of GEMM peak (CUDA rows): the scan's 2·Q·N·d FLOPs over the whole call's time, divided by "
+             "this device's dense GEMM rate measured in the same process (8192^3, same precision).", "",
+             "| size | setting | median (s) | queries/s | speed-up vs CPU engine | share of GEMM peak | ranks differing | "
+             "top-k indices agreeing | all runs (s) |", "|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         runs = " ".join(f"{t:.3f}" for t in r["runs"])
         lines.append(f"| {r['size']} | {r['setting']} | {r['median_s']:.3f} | {r['qps']:,.0f} | "
-                     f"{r['speedup']:.2f}x | {r['rank_diff']:,} / {r['n_pos']:,} | {100 * r['topk_agree']:.3f}% | "
+                     f"{r['speedup']:.2f}x | {_share(r.get('peak_share'))} | {r['rank_diff']:,} / {r['n_pos']:,} | "
+                     f"{100 * r['topk_agree']:.3f}% | "
                      f"{runs} |")
-    lines += ["", f"Command: `python benchmarks/gpu_eval.py {' '.join(sys.argv[1:])}`".rstrip(), ""]
+    lines += ["", f"Command: `python benchmarks/engine_gpu.py {' '.join(sys.argv[1:])}`".rstrip(), ""]
     text = "\n".join(lines)
     from rbench.core.atomic import atomic_write_text  # the one atomic writer
 
@@ -170,7 +213,7 @@ def main() -> None:
     ap.add_argument("--torch-cpu-max", type=float, default=2e10,
                     help="run torch on the CPU only where queries x candidates x d is at most this")
     ap.add_argument("--no-cuda", action="store_true")
-    ap.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "gpu_eval.md")
+    ap.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "engine_gpu.md")
     args = ap.parse_args()
 
     import torch
@@ -188,11 +231,12 @@ def main() -> None:
         rows += measure(n_q, n_pool, dim, args, cuda, lambda what: console.log(what))
         write(rows, args, cpu, gpu)
     table = Table(title=f"torch path vs CPU engine (CPU: {cpu}; GPU: {gpu or 'none'})")
-    for col in ("size", "setting", "median (s)", "queries/s", "speed-up", "ranks differing", "top-k agree"):
+    for col in ("size", "setting", "median (s)", "queries/s", "speed-up", "GEMM peak", "ranks differing",
+                "top-k agree"):
         table.add_column(col)
     for r in rows:
         table.add_row(r["size"], r["setting"], f"{r['median_s']:.3f}", f"{r['qps']:,.0f}", f"{r['speedup']:.2f}x",
-                      f"{r['rank_diff']:,} / {r['n_pos']:,}", f"{100 * r['topk_agree']:.3f}%")
+                      _share(r.get("peak_share")), f"{r['rank_diff']:,} / {r['n_pos']:,}", f"{100 * r['topk_agree']:.3f}%")
     console.print(table)
     console.print(f"wrote {args.output}")
 
