@@ -152,6 +152,9 @@ class RunRecord:
     # a two-stage run (rbench.engine.rerank): first_stage, depth, pairs_scored, first_stage_recall@depth,
     # label (``bm25@100``); empty for an ordinary run (and then left out of the JSON)
     rerank: dict[str, Any] = field(default_factory=dict)
+    # the process's peak RSS (bytes) at the end of each phase: load, fit, score (ru_maxrss only
+    # grows, so a phase's own need shows as the step from the phase before)
+    peak_rss_by_phase: dict[str, int] = field(default_factory=dict)
     # per-query metrics as a pandas DataFrame (query_id, one column per measure), when the run
     # was made or read from Python (rbench.evaluate / rbench.load_results); never written to JSON
     per_query: Any = field(default=None, repr=False, compare=False, metadata={"json": False})
@@ -375,6 +378,7 @@ _FIELD_TYPES: dict[str, tuple[tuple[type, ...], str]] = {
     "timings": ((dict,), "an object"), "task_options": ((dict,), "an object"),
     "run_options": ((dict,), "an object"), "task_info": ((dict,), "an object"),
     "ranker_info": ((dict,), "an object"), "machine": ((dict,), "an object"), "rerank": ((dict,), "an object"),
+    "peak_rss_by_phase": ((dict,), "an object"),
 }
 
 

@@ -374,6 +374,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     max_queries = _sample_size(plan.max_queries, len(data.test))
     data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
+    rss = {"load": peak_rss_bytes()}  # the process's peak so far after each phase (ru_maxrss only grows)
     step(1)
     if plan.write and world.main and max_queries != plan.max_queries:  # the sample changed the file's name
         _require_record_slot(plan, _identity(plan, ranker, context, max_queries))
@@ -395,6 +396,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     step = progress(f"fitting {plan.ranker}", 1)
     ranker.fit(view)
     fit_s = time.perf_counter() - t0
+    rss["fit"] = peak_rss_bytes()
     step(1)
     if world.launched:
         _leave(owned)
@@ -411,6 +413,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
         ann_info = None
     else:
         result, ann_info = score(wide, ranker, data, progress)
+    rss["score"] = peak_rss_bytes()
     values = per_query(result.ranks, data.test.grades, RECORD_MEASURES)
     metrics = {**aggregate(values), **aggregate(dropped)}
 
@@ -437,6 +440,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
                  "per_query_ms": round(result.timings["per_query_ms"], 4),
                  "compile_s": round(compile_s + result.timings.get("compile_s", 0.0), 4)},
         peak_rss_bytes=peak_rss_bytes(),
+        peak_rss_by_phase=rss,
         git_commit=git_commit(),
         created=now_iso(),
         task_options=task_opts,

@@ -13,7 +13,7 @@ import rbench
 from tests.helpers import cli, one_line
 from tests.tasks.test_readme_tasks import section_blocks
 
-VOLATILE = {"created", "timings", "peak_rss_bytes", "machine"}
+VOLATILE = {"created", "timings", "peak_rss_bytes", "peak_rss_by_phase", "machine"}
 
 
 def test_readme_python_example_runs_as_written(capsys):
@@ -151,3 +151,13 @@ def test_evaluate_many_gives_what_evaluate_gives_for_each_run(tmp_path):
     with pytest.warns(UserWarning, match="kept the existing RunRecord"):  # the same overwrite rule
         again = rbench.evaluate_many(["pop"], ["ml-100k"], max_queries=20, results_dir=tmp_path)
     assert again[0].metrics == many[0].metrics
+
+
+def test_records_carry_the_peak_memory_of_each_phase(tmp_path):
+    from rbench.results.record import read_record
+
+    rec = rbench.evaluate("pop", "ml-100k", max_queries=20, results_dir=tmp_path)
+    phases = rec.peak_rss_by_phase
+    assert list(phases) == ["load", "fit", "score"]
+    assert 0 < phases["load"] <= phases["fit"] <= phases["score"] <= rec.peak_rss_bytes
+    assert read_record(next(tmp_path.rglob("*.json"))).peak_rss_by_phase == phases
