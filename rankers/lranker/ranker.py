@@ -184,10 +184,15 @@ class LRankerRanker(BaseRanker):
 
     # ------------------------------------------------------------------------------------
     def checkpoint_dir(self, task: TaskData) -> Path:
-        from .model import model_fingerprint
+        from .model import model_fingerprint, pick_device, pick_dtype
 
         tr = task.train
-        key = {"config": self.cfg.training_key(), "seed": self.seed, "code": CODE_VERSION,
+        device = pick_device(self.cfg)
+        # the numerics the weights were trained in: "dtype=auto" is bf16 on CUDA and fp32 on the CPU,
+        # so a CPU-fp32 and a GPU-bf16 training of one config never share a checkpoint
+        numerics = {"dtype": str(pick_dtype(self.cfg, device)), "device": device.type}
+        config = {k: v for k, v in self.cfg.training_key().items() if k != "dtype"}  # resolved in numerics
+        key = {"config": config, "seed": self.seed, "code": CODE_VERSION, "numerics": numerics,
                "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
                "task": task.fit_spec.name, "pool": task.fit_pool.fingerprint or task.fit_pool.name,
                "train": _digest(tr.positives.offsets, tr.positives.values,

@@ -303,6 +303,14 @@ def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
     # a training option changes the key; an inference option does not
     assert ranker_for(qwen_dir, tmp_path, lr=5e-4).checkpoint_dir(task) != ckpt
     assert ranker_for(qwen_dir, tmp_path, tts=False, tts_widths=[3]).checkpoint_dir(task) == ckpt
+    # the numerics it trains in: bf16 and fp32 trainings of one config never share a checkpoint,
+    # and neither do a CPU and a CUDA one ("dtype=auto" resolves by device)
+    assert ranker_for(qwen_dir, tmp_path, dtype="bfloat16").checkpoint_dir(task) != ckpt
+    assert ranker_for(qwen_dir, tmp_path, dtype="float32").checkpoint_dir(task) == ckpt  # auto on the CPU
+    import torch
+
+    if not torch.cuda.is_available():
+        assert ranker_for(qwen_dir, tmp_path, device="cuda").checkpoint_dir(task) != ckpt
 
 
 def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir, tmp_path, monkeypatch):
