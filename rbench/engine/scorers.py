@@ -102,13 +102,15 @@ def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = DE
     engine's batches (so they equal what ``evaluate`` encodes batch by batch) and checked."""
     out = np.empty((len(queries), dim), dtype=np.float32)
     for rows, batch in queries.batches(batch_size):
-        out[rows] = _query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)
+        out[rows] = checked_query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)
         if progress is not None:
             progress(len(rows))
     return out
 
 
-def _query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
+def checked_query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
+    """A ranker's query vectors for ``batch`` as contiguous float32, shape and finiteness checked
+    (one line naming the ranker and the query otherwise); a torch tensor is taken as it is."""
     if all(callable(getattr(q, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
         q = q.detach().cpu().numpy()
     try:
@@ -180,7 +182,7 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
 
     def query_vectors(batch: Queries) -> np.ndarray:
         if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
-            cache["batch"], cache["q"] = batch, _query_vectors(encode_queries(batch), batch, emb.shape[1], name)
+            cache["batch"], cache["q"] = batch, checked_query_vectors(encode_queries(batch), batch, emb.shape[1], name)
         return cache["q"]
 
     def candidates(cand: np.ndarray) -> Any:

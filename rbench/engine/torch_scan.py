@@ -65,6 +65,7 @@ import numpy as np
 from rbench.api import Queries, Ragged
 from rbench.core.errors import RankerOutputError
 from rbench.engine.evaluate import EvalResult, validate_queries
+from rbench.engine.scorers import checked_query_vectors
 
 PRECISIONS = ("fp32", "tf32", "bf16")
 _LOW_BITS = 4294967296  # 2^32: the key's low word holds 2^32 - 2 - pool index (index -1 .. 2^32 - 2)
@@ -117,14 +118,7 @@ def evaluate_dense_torch(
         raise RuntimeError("device 'cuda': torch sees no CUDA device")
     n_pool, dim = int(pool_vectors.shape[0]), int(pool_vectors.shape[1])
     validate_queries(queries, _Sized(n_pool), require_positive=not unlabelled_rows)
-    qv = np.ascontiguousarray(np.asarray(query_vectors, dtype=np.float32))
-    if qv.ndim != 2 or qv.shape != (len(queries), dim):
-        raise RankerOutputError(f"ranker {name!r}: query vectors of shape {qv.shape}, expected "
-                                f"({len(queries)}, {dim})")
-    if not np.isfinite(qv).all():
-        row = int(np.flatnonzero(~np.isfinite(qv).all(axis=1))[0])
-        raise RankerOutputError(f"ranker {name!r} returned a non-finite query vector for query "
-                                f"{queries.ids[row]!r}")
+    qv = checked_query_vectors(query_vectors, queries, dim, name)  # the engine's one check
     k = max(0, int(topk))
     scan = _Scan(torch, dev, precision, k, check_finite, name, queries)
     t0 = time.perf_counter()
