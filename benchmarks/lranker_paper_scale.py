@@ -53,6 +53,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from benchmarks.lranker_train_throughput import prepare_training as prepare  # noqa: E402  (the shared set-up)
+
 MOVIE = {"items": 3_884, "users": 6_040, "interactions": 1_000_209}
 CLOTHING = {"items": 6_805_462, "users": 185_925}
 GPU_STEP_S = (0.15, 0.3)  # the issue's estimate for Qwen3-0.6B + LoRA, batch 20, on an H100: NOT measured
@@ -199,24 +201,6 @@ def make_lranker(model_dir: Path, sets: dict, seed: int, cache: Path):
 
     return make_ranker("lranker", {"model": str(model_dir), **sets}, RunContext(cache_dir=cache, seed=seed,
                                                                                  show_progress=False))
-
-
-def prepare(ranker, data, seed: int):
-    """fit()'s set-up without training: base vectors, projector, LoRA, partition sampler."""
-    import torch
-
-    from rbench_rankers.lranker.train import PartitionSampler
-
-    model = ranker._ensure_model()
-    cfg = ranker.cfg
-    base = ranker._base_vectors(data.fit_pool)
-    ranker._agg.fit(base, cfg.pca_dim, seed)
-    torch.manual_seed(seed)
-    model.attach_projector(ranker._agg.slot_dim(base.shape[1]))
-    if cfg.lora:
-        model.make_trainable()
-    sampler = PartitionSampler(ranker._agg, base, cfg.n_partitions, seed, data.train.candidates, cfg.partition_sets)
-    return model, base, sampler
 
 
 def pipeline_steps(ranker, model, data, base, sampler, steps: int, seed: int) -> dict:

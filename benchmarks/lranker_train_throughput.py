@@ -31,18 +31,14 @@ def peak_rss_mib() -> float:
     return kib / 1024 if sys.platform != "darwin" else kib / 2**20
 
 
-def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: int) -> dict:
-    """Train ``warmup + steps`` steps; time only the last ``steps`` (via the report's counters)."""
-    import dataclasses
-
+def prepare_training(ranker, data, seed: int):
+    """LRanker's ``fit`` set-up without the training: the model, the pool's base vectors, the
+    fitted aggregator with the projector attached, LoRA made trainable, and the partition sampler
+    (None without ``global_info``). Shared with benchmarks/lranker_paper_scale.py."""
     import torch
 
-    from rbench.api import RunContext
-    from rbench.core import paths
-    from rbench.engine.plugins import make_ranker
-    from rbench_rankers.lranker.train import PartitionSampler, train
+    from rbench_rankers.lranker.train import PartitionSampler
 
-    ranker = make_ranker("lranker", {**sets, "loader_workers": workers}, RunContext(cache_dir=paths.cache_dir(), seed=seed))
     model = ranker._ensure_model()
     cfg = ranker.cfg
     base = ranker._base_vectors(data.fit_pool)
@@ -53,6 +49,23 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
         model.make_trainable()
     sampler = PartitionSampler(ranker._agg, base, cfg.n_partitions, seed, data.train.candidates,
                                cfg.partition_sets) if cfg.global_info else None
+    return model, base, sampler
+
+
+def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: int) -> dict:
+    """Train ``warmup + steps`` steps; time only the last ``steps`` (via the report's counters)."""
+    import dataclasses
+
+    import torch
+
+    from rbench.api import RunContext
+    from rbench.core import paths
+    from rbench.engine.plugins import make_ranker
+    from rbench_rankers.lranker.train import train
+
+    ranker = make_ranker("lranker", {**sets, "loader_workers": workers}, RunContext(cache_dir=paths.cache_dir(), seed=seed))
+    cfg = ranker.cfg
+    model, base, sampler = prepare_training(ranker, data, seed)
     out = {}
     for phase, n in (("warmup", warmup), ("timed", steps)):
         run_cfg = dataclasses.replace(cfg, max_steps=n, eval_every=0, epochs=1, warmup_ratio=0.0)
