@@ -72,8 +72,10 @@ class GenerativeOptions:
                 raise RBenchError(f"{name} must be >= 0")
         if self.temperature < 0:
             raise RBenchError("temperature must be >= 0")
-        if self.backend not in ("transformers", "vllm", "openai"):
-            raise RBenchError(f"backend {self.backend!r}: choose transformers, vllm or openai")
+        from .backends import KINDS  # the factory's list: one place
+
+        if self.backend not in KINDS:
+            raise RBenchError(f"backend {self.backend!r}: choose {', '.join(KINDS)}")
 
 
 def order_scores(order: Any, m: int) -> np.ndarray:

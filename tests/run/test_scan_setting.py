@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 import rbench
+import rbench.public
 from rbench.core.errors import RBenchError
 
 pytest.importorskip("torch")
@@ -47,6 +48,8 @@ def test_the_scan_setting_is_refused_where_it_does_not_apply():
         rbench.evaluate("bm25", "ml-100k", scan="torch")
     with pytest.raises(RBenchError, match="--scan-precision bf16 applies to the torch scan"):
         rbench.evaluate(IntegerVectors(), "ml-100k", scan_precision="bf16")
+    with pytest.raises(RBenchError, match="--scan torch and --ray-shards are two ways to scan"):
+        rbench.public.plan_run(IntegerVectors(), "ml-100k", scan="torch", ray_shards=2)
     with pytest.raises(RBenchError, match="unknown --scan 'gpu'"):
         rbench.evaluate(IntegerVectors(), "ml-100k", scan="gpu")
     import torch
