@@ -51,6 +51,8 @@ from typing import Any
 
 import numpy as np
 
+from rbench.core.errors import RBenchError
+
 _LOCK = threading.Lock()  # one kernel launch at a time (numba's workqueue layer requires it)
 
 
@@ -300,8 +302,10 @@ SMALL_SCAN = 50_000_000
 def scan_pays(n_rows: int, width: int) -> bool:
     """Whether an evaluation of ``n_rows`` queries x ``width`` candidates is large enough for the
     fused scan (``SMALL_SCAN``); the engine and the runner ask before compiling anything."""
-    floor = os.environ.get("RBENCH_FUSED_MIN_SCORES", "")
-    return int(n_rows) * int(width) >= (int(floor) if floor.strip().isdigit() else SMALL_SCAN)
+    floor = os.environ.get("RBENCH_FUSED_MIN_SCORES", "").strip()
+    if floor and not floor.isdigit():
+        raise RBenchError(f"RBENCH_FUSED_MIN_SCORES must be a number of scores (an integer >= 0), got {floor!r}")
+    return int(n_rows) * int(width) >= (int(floor) if floor else SMALL_SCAN)
 
 
 def warmup(scan: bool = True, gemm: bool = True) -> float:

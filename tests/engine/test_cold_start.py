@@ -22,6 +22,11 @@ def test_small_scans_leave_the_kernel_alone_and_large_ones_use_it(monkeypatch):
     assert fused.scan_pays(6040, 3884 * 3)  # past SMALL_SCAN
     monkeypatch.setenv("RBENCH_FUSED_MIN_SCORES", "0")
     assert fused.scan_pays(1, 1)
+    from rbench.core.errors import RBenchError
+
+    monkeypatch.setenv("RBENCH_FUSED_MIN_SCORES", "5e7")
+    with pytest.raises(RBenchError, match="RBENCH_FUSED_MIN_SCORES must be .* got '5e7'"):
+        fused.scan_pays(1, 1)
 
 
 def test_the_first_small_run_on_an_empty_numba_cache_compiles_nothing(tmp_path):
