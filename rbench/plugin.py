@@ -22,7 +22,7 @@ from __future__ import annotations
 from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
-from rbench.core.hashing import canonical_json, short_hash
+from rbench.core.hashing import ast_digest, canonical_json, short_hash
 from rbench.engine.embeddings import pool_embeddings
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query

@@ -32,7 +32,7 @@ How the paper's text is turned into code, and the choices it leaves open:
   adaptation (LoRA off; for ``finetune=full`` a fresh copy of the pretrained backbone) -- feeds
   K-means, as the paper's offline encoder; h_c -- the trained f_theta -- is what queries are
   scored against (``candidate_tower=shared``). With ``candidate_tower=frozen`` h_c is e(c).
-  Both are cached per pool by ``rbench.engine.embeddings`` (h_c keyed by the checkpoint).
+  Both are cached per pool by ``rbench.engine.embeddings`` (h_c keyed by the digest of the trained weights).
 - Similarity: ``finish`` L2-normalises h_q and h_c when ``similarity=cosine``; with ``dot`` they
   are used raw (Eq. 10). ``learn_temperature`` makes log(1/temperature) a trained scalar.
 """

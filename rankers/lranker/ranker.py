@@ -25,11 +25,29 @@ from typing import Any
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import BaseRanker, RBenchError, config_hash
+from rbench.plugin import BaseRanker, RBenchError, ast_digest, config_hash
 
 from .config import LRankerConfig
 
-CODE_VERSION = "2"  # bump when training changes what a checkpoint contains
+# The code that decides what a checkpoint holds: the model, its training loop, the K-means soft
+# prompt and the options. Derived from that code (its AST, so comments and docstrings do not
+# count), never bumped by hand: any change to it gives new checkpoint keys, so a cache trained by
+# older code is never loaded by newer code. It is also the ranker's ``version`` in RunRecords.
+CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "config"))
+CODE_VERSION = ast_digest(CHECKPOINT_CODE, "rbench_rankers.lranker.ranker.CHECKPOINT_CODE")[:12]
+
+
+def weights_digest(directory: Path) -> str:
+    """sha256 over a checkpoint's weight files (names and bytes): what names the trained h_c in
+    the embedding cache, so two trainings that land in one directory name (or a checkpoint
+    replaced in place) can never share cached candidate vectors, and identical weights can."""
+    h = hashlib.sha256()
+    for f in sorted(directory.glob("*.safetensors")):
+        h.update(f.name.encode() + b"\0")
+        with open(f, "rb") as fh:
+            for block in iter(lambda: fh.read(1 << 24), b""):
+                h.update(block)
+    return h.hexdigest()[:32]
 
 
 class _ExcludedSets(Sequence):
@@ -89,7 +107,7 @@ class LRankerRanker(BaseRanker):
         self._pool_slots: dict[str, np.ndarray] = {}
         self._base_cache: dict[str, np.ndarray] = {}
         self._pretrained: Any = None  # the unadapted backbone, for e(c) after full fine-tuning
-        self._checkpoint_id = ""  # names the trained h_c in the embedding cache
+        self._checkpoint_id = ""  # the trained weights' digest: names h_c in the embedding cache
         self.width, self.depth = 0, 0
         self.last_trace: list[dict] = []
 
@@ -139,12 +157,12 @@ class LRankerRanker(BaseRanker):
         return self._base_cache[key]
 
     def _scoring_vectors(self, pool: Pool) -> np.ndarray:
-        """h_c that queries are scored against: the trained f_theta's (cached per checkpoint) with
+        """h_c that queries are scored against: the trained f_theta's (cached under the weights' digest) with
         ``candidate_tower=shared``, else the base e(c)."""
         if self.cfg.candidate_tower == "frozen" or not self._checkpoint_id:
             return self._base_vectors(pool)
         model = self._ensure_model()
-        return self._cached_vectors(pool, {"tower": "trained", "checkpoint": self._checkpoint_id},
+        return self._cached_vectors(pool, {"tower": "trained", "weights": self._checkpoint_id},
                                     lambda texts: model.candidate_embeddings(texts, adapted=True))
 
     def _cached_vectors(self, pool: Pool, which: dict[str, Any], encode_raw: Any) -> np.ndarray:
@@ -264,7 +282,7 @@ class LRankerRanker(BaseRanker):
                 import torch.distributed as dist
 
                 dist.barrier()
-        self._checkpoint_id = ckpt.name
+        self._checkpoint_id = weights_digest(ckpt)
         self._fitted = True
         model.eval()
         self.info = {

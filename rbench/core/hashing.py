@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import hashlib
+import importlib.util
 import json
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -77,4 +80,56 @@ def source_digest(cls: type) -> str:
     h = hashlib.sha256()
     for f in files:
         h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+# --------------------------------------------------------------------------------------------
+# code digests: a version derived from the code, not remembered by a developer
+# --------------------------------------------------------------------------------------------
+
+
+def _without_docstrings(tree: ast.AST) -> ast.AST:
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
+            body = node.body
+            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
+                    and isinstance(body[0].value.value, str):
+                node.body = body[1:] or [ast.Pass()]
+    return tree
+
+
+def _module_files(module: str) -> list[Path]:
+    """The source files of a module, or of every module of a package (found without importing it)."""
+    spec = importlib.util.find_spec(module)
+    if spec is None or spec.origin is None:
+        raise ModuleNotFoundError(module)
+    origin = Path(spec.origin)
+    if spec.submodule_search_locations:
+        return sorted(origin.parent.glob("*.py"))
+    return [origin]
+
+
+def _top_level(tree: ast.Module, name: str, where: str, listed_in: str) -> ast.AST:
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
+            return node
+    raise LookupError(f"{where} has no top-level {name!r} ({listed_in} names it)")
+
+
+def ast_digest(entries: Sequence[str], listed_in: str = "the digest's entries") -> str:
+    """sha256 over the AST, docstrings and comments removed, of ``entries``: each a module, a
+    ``module:function`` (or class), or a package (its own ``*.py``, not its subpackages).
+
+    Why the AST: a comment or docstring edit leaves the digest alone, any change to what the code
+    does moves it. It is how the evaluation protocol (``rbench.core.protocol``) and a plugin's
+    cache keys (LRanker's checkpoints) derive a code version instead of relying on someone to bump
+    one. The AST dump differs between Python minor versions, so a digest is one Python's."""
+    h = hashlib.sha256()
+    for entry in entries:
+        module, _, func = entry.partition(":")
+        for path in _module_files(module):
+            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
+            node = _top_level(tree, func, module, listed_in) if func else tree
+            h.update(f"{entry}/{path.name}\n".encode())
+            h.update(ast.dump(_without_docstrings(node)).encode())
     return h.hexdigest()

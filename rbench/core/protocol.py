@@ -23,10 +23,7 @@ The AST dump differs between Python minor versions, so digests are kept per mino
 
 from __future__ import annotations
 
-import ast
-import hashlib
-import importlib.util
-from pathlib import Path
+from rbench.core.hashing import ast_digest
 
 PROTOCOL_VERSION = 1
 
@@ -81,45 +78,9 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
 }
 
 
-def _without_docstrings(tree: ast.AST) -> ast.AST:
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)):
-            body = node.body
-            if body and isinstance(body[0], ast.Expr) and isinstance(body[0].value, ast.Constant) \
-                    and isinstance(body[0].value.value, str):
-                node.body = body[1:] or [ast.Pass()]
-    return tree
-
-
-def _files(module: str) -> list[Path]:
-    """The source files of a module, or of every module of a package (found without importing it)."""
-    spec = importlib.util.find_spec(module)
-    if spec is None or spec.origin is None:
-        raise ModuleNotFoundError(module)
-    origin = Path(spec.origin)
-    if spec.submodule_search_locations:
-        return sorted(origin.parent.glob("*.py"))
-    return [origin]
-
-
-def _function(tree: ast.Module, name: str, where: str) -> ast.AST:
-    for node in tree.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and node.name == name:
-            return node
-    raise LookupError(f"{where} has no top-level {name!r} (rbench.core.protocol.PROTOCOL_CODE names it)")
-
-
 def code_digest() -> str:
     """sha256 over the AST (docstrings removed) of every entry of ``PROTOCOL_CODE``."""
-    h = hashlib.sha256()
-    for entry in PROTOCOL_CODE:
-        module, _, func = entry.partition(":")
-        for path in _files(module):
-            tree = ast.parse(path.read_text(encoding="utf-8"), filename=str(path))
-            node = _function(tree, func, module) if func else tree
-            h.update(f"{entry}/{path.name}\n".encode())
-            h.update(ast.dump(_without_docstrings(node)).encode())
-    return h.hexdigest()
+    return ast_digest(PROTOCOL_CODE, "rbench.core.protocol.PROTOCOL_CODE")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ import pytest
 
 import rbench
 from rbench.api import RemoteFile, Source
-from rbench.core import paths, protocol
+from rbench.core import hashing, paths, protocol
 from rbench.results.leaderboard import build, to_csv, to_markdown
 from rbench.results.record import ColumnKey, RowKey, read_record
 from rbench.tasks.sources import DataSource, from_source, read_provenance, write_provenance
@@ -33,31 +33,31 @@ def test_the_protocol_code_is_the_one_its_version_was_declared_for():
 
 
 def test_the_digest_sees_code_and_ignores_docstrings_and_comments(tmp_path, monkeypatch):
-    metrics = Path(protocol._files("rbench.engine.metrics")[0]).read_text(encoding="utf-8")
-    real = protocol._files
+    metrics = Path(hashing._module_files("rbench.engine.metrics")[0]).read_text(encoding="utf-8")
+    real = hashing._module_files
 
     def with_copy(text):
         copy = tmp_path / "metrics.py"
         copy.write_text(text, encoding="utf-8")
-        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.engine.metrics" else real(m))
+        monkeypatch.setattr(hashing, "_module_files", lambda m: [copy] if m == "rbench.engine.metrics" else real(m))
         return protocol.code_digest()
 
     base = with_copy(metrics)
     assert with_copy(metrics.replace('"""', '"""Reworded. ', 1) + "\n# a comment\n") == base
     assert "np.log2" in metrics
     assert with_copy(metrics.replace("np.log2", "np.log10", 1)) != base  # a planted change of a measure
-    monkeypatch.setattr(protocol, "_files", real)
+    monkeypatch.setattr(hashing, "_module_files", real)
     assert protocol.code_digest() != base or metrics == Path(real("rbench.engine.metrics")[0]).read_text()
 
 
 def test_a_runner_function_in_the_protocol_is_hashed_alone(tmp_path, monkeypatch):
-    runner = Path(protocol._files("rbench.run.runner")[0]).read_text(encoding="utf-8")
-    real = protocol._files
+    runner = Path(hashing._module_files("rbench.run.runner")[0]).read_text(encoding="utf-8")
+    real = hashing._module_files
     copy = tmp_path / "runner.py"
 
     def digest(text):
         copy.write_text(text, encoding="utf-8")
-        monkeypatch.setattr(protocol, "_files", lambda m: [copy] if m == "rbench.run.runner" else real(m))
+        monkeypatch.setattr(hashing, "_module_files", lambda m: [copy] if m == "rbench.run.runner" else real(m))
         return protocol.code_digest()
 
     base = digest(runner)

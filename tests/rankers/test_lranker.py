@@ -7,6 +7,7 @@ from __future__ import annotations
 import dataclasses
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -311,6 +312,57 @@ def test_fit_saves_and_reuses_a_checkpoint(qwen_dir, tmp_path):
 
     if not torch.cuda.is_available():
         assert ranker_for(qwen_dir, tmp_path, device="cuda").checkpoint_dir(task) != ckpt
+
+
+def test_trained_candidate_vectors_are_cached_by_the_weights_not_the_checkpoint_name(qwen_dir, tmp_path):
+    from rbench_rankers.lranker.ranker import weights_digest
+
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path)
+    r.fit(task)
+    ckpt = r.checkpoint_dir(task)
+    assert r._checkpoint_id == weights_digest(ckpt) and len(r._checkpoint_id) == 32
+    keys: list[dict] = []
+    real = r._cached_vectors
+    r._cached_vectors = lambda pool, which, enc: keys.append(which) or real(pool, which, enc)
+    trained = r.encode_pool(task.pool)
+    assert keys == [{"tower": "trained", "weights": r._checkpoint_id}]
+    # the same weights under another directory name: the same digest (and so the same cached h_c)
+    twin = tmp_path / "twin"
+    twin.mkdir()
+    for f in ckpt.glob("*.safetensors"):
+        (twin / f.name).write_bytes(f.read_bytes())
+    assert weights_digest(twin) == r._checkpoint_id
+    # a checkpoint replaced in place under its old name: another digest, so h_c is encoded again
+    from safetensors.torch import load_file, save_file
+
+    state = load_file(str(ckpt / "adapter.safetensors"))  # LoRA: the candidate tower's weights
+    save_file({k: v + 0.05 for k, v in state.items()}, str(ckpt / "adapter.safetensors"))
+    r2 = ranker_for(qwen_dir, tmp_path)
+    r2.fit(task)
+    assert r2.info["loaded_checkpoint"] and r2.checkpoint_dir(task) == ckpt
+    assert r2._checkpoint_id != r._checkpoint_id
+    assert not np.allclose(r2.encode_pool(task.pool), trained)
+
+
+def test_the_checkpoint_code_version_is_derived_from_the_training_code(tmp_path, monkeypatch):
+    from rbench.core import hashing
+    from rbench_rankers.lranker import ranker as lr
+
+    assert lr.LRankerRanker.version == lr.CODE_VERSION == hashing.ast_digest(lr.CHECKPOINT_CODE)[:12]
+    assert {"rbench_rankers.lranker.train", "rbench_rankers.lranker.model"} <= set(lr.CHECKPOINT_CODE)
+    train = Path(hashing._module_files("rbench_rankers.lranker.train")[0]).read_text(encoding="utf-8")
+    real = hashing._module_files
+
+    def with_train(text: str) -> str:
+        copy = tmp_path / "train.py"
+        copy.write_text(text, encoding="utf-8")
+        monkeypatch.setattr(hashing, "_module_files",
+                            lambda m: [copy] if m == "rbench_rankers.lranker.train" else real(m))
+        return hashing.ast_digest(lr.CHECKPOINT_CODE)[:12]
+
+    assert with_train(train + "\n# a comment\n") == lr.CODE_VERSION
+    assert with_train(train + "\nSTEP_FACTOR = 2\n") != lr.CODE_VERSION  # a code change moves the key
 
 
 def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir, tmp_path, monkeypatch):

@@ -222,41 +222,101 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-@pytest.fixture(scope="module")
-def llama_server(tmp_path_factory):
-    """llama-cpp-python's OpenAI-compatible server on loopback, serving the SmolLM2 GGUF."""
-    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')")
-    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python was installed without its [server] extra")
-    if not SMOL_GGUF.is_file():
-        pytest.skip("the SmolLM2-135M-Instruct Q4_1 GGUF is not in the offline model folder")
+class ServerDied(Exception):
+    """llama_cpp.server exited: its exit status and the end of its log."""
+
+
+def _start_llama_server(log: Path) -> tuple[subprocess.Popen, str]:
+    """Start the server, wait for it to list its model, then ask for one short completion: a
+    server that cannot generate on this machine shows up here, with its log, not as a refused
+    connection in the first test that uses it."""
     port = free_port()
-    log = tmp_path_factory.mktemp("llama-server") / "server.log"
     cmd = [sys.executable, "-m", "llama_cpp.server", "--model", str(SMOL_GGUF), "--model_alias", "smollm2-135m",
            "--host", "127.0.0.1", "--port", str(port), "--n_ctx", "2048", "--n_threads", "1",
            "--logits_all", "true", "--verbose", "false"]
-    with open(log, "wb") as out:
+    with open(log, "ab") as out:
         proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
+    deadline = time.monotonic() + 90
+    while True:
+        try:
+            with urllib.request.urlopen(f"{base}/models", timeout=2) as resp:
+                if resp.status == 200:
+                    break
+        except (urllib.error.URLError, OSError):
+            pass
+        if proc.poll() is not None or time.monotonic() > deadline:
+            _stop(proc)
+            raise ServerDied(f"did not start (exit {proc.returncode}): {_tail(log)}")
+        time.sleep(0.3)
+    body = json.dumps({"model": "smollm2-135m", "messages": [{"role": "user", "content": "Hi"}],
+                       "max_tokens": 2, "temperature": 0}).encode()
+    req = urllib.request.Request(f"{base}/chat/completions", data=body, headers={"Content-Type": "application/json"})
     try:
-        deadline = time.monotonic() + 90
-        while True:
-            try:
-                with urllib.request.urlopen(f"{base}/models", timeout=2) as resp:
-                    if resp.status == 200:
-                        break
-            except (urllib.error.URLError, OSError):
-                pass
-            if proc.poll() is not None or time.monotonic() > deadline:
-                pytest.fail("llama_cpp.server did not start: " + log.read_text(errors="replace")[-1500:])
-            time.sleep(0.3)
-        yield base
-    finally:
+        with urllib.request.urlopen(req, timeout=120) as resp:
+            json.loads(resp.read())
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        time.sleep(1)
+        _stop(proc)
+        raise ServerDied(f"failed its first completion ({type(exc).__name__}: {exc}; exit {proc.returncode}): "
+                         f"{_tail(log)}") from None
+    return proc, base
+
+
+def _tail(log: Path) -> str:
+    return " | ".join(log.read_text(errors="replace").strip().splitlines()[-15:])
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is None:
         proc.terminate()
         try:
             proc.wait(timeout=10)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
+
+
+_SERVER: dict[str, object] = {}
+
+
+@pytest.fixture(scope="module")
+def llama_server(tmp_path_factory):
+    """llama-cpp-python's OpenAI-compatible server on loopback, serving the SmolLM2 GGUF.
+
+    A server that dies during its warm-up is started once more (and the first log is kept); a
+    second death by a signal (the binary crashing on this machine's CPU, say) skips the server
+    tests with the log, any other failure fails them."""
+    pytest.importorskip("llama_cpp", reason="llama-cpp-python is not installed (pip install 'llama-cpp-python[server]')")
+    pytest.importorskip("llama_cpp.server", reason="llama-cpp-python was installed without its [server] extra")
+    if not SMOL_GGUF.is_file():
+        pytest.skip("the SmolLM2-135M-Instruct Q4_1 GGUF is not in the offline model folder")
+    log = tmp_path_factory.mktemp("llama-server") / "server.log"
+    try:
+        proc, base = _start_llama_server(log)
+    except ServerDied:
+        try:
+            proc, base = _start_llama_server(log)
+        except ServerDied as second:
+            crashed = "exit -" in str(second)
+            (pytest.skip if crashed else pytest.fail)(f"llama_cpp.server {second}")
+    _SERVER.update(proc=proc, log=log)
+    try:
+        yield base
+    finally:
+        _SERVER.clear()
+        _stop(proc)
+
+
+@pytest.fixture(autouse=True)
+def _server_still_alive():
+    """After each test: a server that died during it fails the test with its log."""
+    yield
+    proc = _SERVER.get("proc")
+    if isinstance(proc, subprocess.Popen) and proc.poll() is not None:
+        log = _SERVER["log"]
+        assert isinstance(log, Path)
+        pytest.fail(f"llama_cpp.server died during this test (exit {proc.returncode}): {_tail(log)}")
 
 
 class Proxy:
