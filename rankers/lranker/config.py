@@ -49,8 +49,8 @@ Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 TRAINING_KEYS: tuple[str, ...] = (
     "model", "gguf_file", "trust_remote_code", "dtype", "max_length", "candidate_max_length",
     "query_truncation", "query_pooling", "similarity", "learn_temperature", "candidate_tower", "finetune",
-    "windows_per_user", "max_steps", "eval_every", "valid_max_queries", "patience", "checkpoint_selection",
-    "max_step_candidates", "aggregation", "n_clusters", "assign_dims",
+    "windows_per_user", "max_steps", "eval_every", "valid_max_queries", "valid_pool_sample", "patience",
+    "checkpoint_selection", "max_step_candidates", "aggregation", "n_clusters", "assign_dims",
     "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
     "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
     "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
@@ -134,6 +134,9 @@ class LRankerConfig(PresetOptions):
     max_steps: int = 0  # >0: stop after that many optimiser steps (the schedule's length)
     eval_every: int = 0  # validation MRR every N steps (0: after every epoch)
     valid_max_queries: int = 0  # validation queries per evaluation during training (0: all)
+    # >0: each validation ranks a query against its positives and this many pool items sampled once
+    # (seeded), so only those are re-encoded (large pools); 0: the whole pool, exact, re-encoded
+    valid_pool_sample: int = 0
     patience: int = 0  # stop after N evaluations without a better validation MRR (0: never)
     checkpoint_selection: Literal["best", "last"] = "best"  # keep the best-validation weights or the last
     loader_workers: int = 2  # DataLoader worker processes preparing batches (0: in the training loop)
@@ -172,7 +175,7 @@ class LRankerConfig(PresetOptions):
                 raise RBenchError(f"lranker option {key} must be >= 1 (got {getattr(self, key)})")
         for key in ("epochs", "n_negatives", "assign_dims", "partition_sets", "max_train_queries",
                     "select_max_queries", "max_step_candidates", "windows_per_user", "max_steps", "eval_every",
-                    "valid_max_queries", "patience", "loader_workers"):
+                    "valid_max_queries", "valid_pool_sample", "patience", "loader_workers"):
             if getattr(self, key) < 0:
                 raise RBenchError(f"lranker option {key} must be >= 0 (got {getattr(self, key)})")
         if self.batch_size < 2 and self.global_info:

@@ -30,10 +30,10 @@ from rbench.plugin import BaseRanker, RBenchError, ast_digest, config_hash
 from .config import LRankerConfig
 
 # The code that decides what a checkpoint holds: the model, its training loop, the K-means soft
-# prompt and the options. Derived from that code (its AST, so comments and docstrings do not
+# prompt, the options and this module (fit, validation: which weights are kept). Derived from that code (its AST, so comments and docstrings do not
 # count), never bumped by hand: any change to it gives new checkpoint keys, so a cache trained by
 # older code is never loaded by newer code. It is also the ranker's ``version`` in RunRecords.
-CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "config"))
+CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "config", "ranker"))
 CODE_VERSION = ast_digest(CHECKPOINT_CODE, "rbench_rankers.lranker.ranker.CHECKPOINT_CODE")[:12]
 
 
@@ -78,6 +78,39 @@ def _digest(*arrays: Any) -> str:
             continue
         h.update(np.ascontiguousarray(np.asarray(a)).tobytes() if not isinstance(a, str) else a.encode())
     return h.hexdigest()[:16]
+
+
+def length_sorted(encode: Any, texts: list[str], batch_size: int) -> np.ndarray:
+    """``encode`` over ``texts`` in batches of ``batch_size`` texts of similar length (longest
+    first), rows returned in the input order. Padding to each batch's longest text then costs
+    little: the pool's encoding is the big cost of a large pool (issue 32)."""
+    if not texts:
+        return np.zeros((0, 0), dtype=np.float32)
+    order = np.argsort([-len(t) for t in texts], kind="stable")
+    parts = [np.asarray(encode([texts[i] for i in order[a : a + batch_size]]), dtype=np.float32)
+             for a in range(0, len(texts), batch_size)]
+    out = np.empty((len(texts), parts[0].shape[1]), dtype=np.float32)
+    out[order] = np.concatenate(parts)
+    return out
+
+
+def sampled_mrr(E: np.ndarray, vectors: np.ndarray, queries: Queries, sample: np.ndarray) -> float:
+    """Mean reciprocal rank of each query's best positive among its positives and ``sample``
+    (pool rows), its history left out; ties pessimistic like the engine's. The validation metric
+    of ``valid_pool_sample`` (checkpoint choice only, never a reported number)."""
+    rr = np.zeros(len(queries))
+    for i in range(len(queries)):
+        pos = np.asarray(queries.positives[i], dtype=np.int64)
+        if len(pos) == 0:
+            continue
+        others = np.setdiff1d(sample, pos)
+        if queries.history is not None:
+            others = np.setdiff1d(others, np.asarray(queries.history[i], dtype=np.int64))
+        q = E[i].astype(np.float64)
+        best = (vectors[pos].astype(np.float64) @ q).max()
+        higher_or_tied = int(((vectors[others].astype(np.float64) @ q) >= best).sum())
+        rr[i] = 1.0 / (1 + higher_or_tied)
+    return float(rr.mean()) if len(rr) else 0.0
 
 
 def fixed_scorer(Q: np.ndarray, queries: Queries, vectors: np.ndarray):
@@ -174,28 +207,31 @@ class LRankerRanker(BaseRanker):
         cosine = self.cfg.similarity == "cosine"
         key = {"encoder": "lranker-hc", **which, "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
                "max_length": self.cfg.candidate_max_length, "pooling": "mean(text tokens + eos)",
-               "dtype": str(model.info.dtype), "normalize": cosine, "version": 2}
+               "dtype": str(model.info.dtype), "normalize": cosine,
+               "version": 3}  # 3: encoded in length-sorted batches (last-bit differences from 2's pool order)
 
         def encode(texts: list[str]) -> np.ndarray:
-            vec = encode_raw(texts)
+            vec = length_sorted(encode_raw, texts, self.cfg.encode_batch_size)
             if cosine:  # stored normalised: a million-item pool is then used without a copy
                 vec = vec / np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
             return vec
 
-        vec = pool_embeddings(pool, key, encode, batch_size=self.cfg.encode_batch_size,
+        # chunks of 64 model batches go to ``encode``, which sorts each by length
+        vec = pool_embeddings(pool, key, encode, batch_size=self.cfg.encode_batch_size * 64,
                               progress=bool(getattr(self.context, "show_progress", False)))
         return vec if vec.dtype == np.float32 else np.asarray(vec, dtype=np.float32)
 
-    def _current_vectors(self, pool: Pool) -> np.ndarray:
-        """h_c of the model as it is now (in memory; validation during training)."""
+    def _current_vectors(self, pool: Pool, rows: np.ndarray | None = None) -> np.ndarray:
+        """h_c of the model as it is now (in memory; validation during training), of every pool
+        item or of ``rows`` (in that order)."""
         if self.cfg.candidate_tower == "frozen":
-            return self._base_vectors(pool)
+            base = self._base_vectors(pool)
+            return base if rows is None else base[rows]
         model = self._ensure_model()
-        texts = pool.texts
-        bs = self.cfg.encode_batch_size
-        parts = [model.candidate_embeddings([str(t) for t in texts[a : a + bs]], adapted=True)
-                 for a in range(0, len(pool), bs)]
-        vec = np.concatenate(parts).astype(np.float32)
+        idx = np.arange(len(pool)) if rows is None else np.asarray(rows, dtype=np.int64)
+        texts = pool.text_batch(idx)
+        vec = length_sorted(lambda batch: model.candidate_embeddings(batch, adapted=True), texts,
+                            self.cfg.encode_batch_size)
         if self.cfg.similarity == "cosine":
             vec /= np.maximum(np.linalg.norm(vec, axis=1, keepdims=True), 1e-12)
         return vec
@@ -300,8 +336,15 @@ class LRankerRanker(BaseRanker):
         self._select(task)
 
     def _validator(self, task: TaskData) -> Any:
-        """Validation MRR of direct ranking (E^(0)) with the model as it is now: the pool's h_c
-        re-encoded in memory, ``valid_max_queries`` seeded validation queries."""
+        """Validation MRR of direct ranking (E^(0)) with the model as it is now, on
+        ``valid_max_queries`` seeded validation queries.
+
+        h_c moves as f_theta trains, so a validation must encode candidates again. By default it
+        re-encodes the whole pool and ranks exactly (the engine, every pool item). On large pools
+        ``valid_pool_sample=N`` re-encodes only the validation positives and N pool items drawn
+        once (seeded, the same at every validation, so the curve compares like with like) and
+        ranks each query's positives among them (its history left out). That is a sampled metric:
+        it only chooses the checkpoint; every reported number is the exact full-pool test."""
         from rbench.plugin import MEASURES, aggregate, evaluate, per_query
 
         valid = task.valid
@@ -311,6 +354,18 @@ class LRankerRanker(BaseRanker):
             rows = np.random.default_rng(self.seed).choice(len(valid), self.cfg.valid_max_queries, replace=False)
             valid = valid.take(np.sort(rows))
         pool = task.fit_pool
+        n_sample = self.cfg.valid_pool_sample
+        if n_sample and valid.candidates is None and len(pool) > n_sample:
+            sample = np.sort(np.random.default_rng([self.seed, 0x7A11D]).choice(len(pool), n_sample, replace=False))
+            encoded = np.union1d(sample, valid.positives.values)
+
+            def validate_sampled() -> float:
+                vec = np.zeros((len(pool), self._ensure_model().info.hidden), dtype=np.float32)
+                vec[encoded] = self._current_vectors(pool, encoded)
+                E0 = self.direct(valid, pool, vec)
+                return sampled_mrr(E0, vec, valid, sample)
+
+            return validate_sampled
 
         def validate() -> float:
             vec = self._current_vectors(pool)

@@ -345,6 +345,48 @@ def test_trained_candidate_vectors_are_cached_by_the_weights_not_the_checkpoint_
     assert not np.allclose(r2.encode_pool(task.pool), trained)
 
 
+def test_length_sorted_encoding_batches_similar_lengths_and_keeps_the_order():
+    from rbench_rankers.lranker.ranker import length_sorted
+
+    rng = np.random.default_rng(0)
+    texts = [" ".join(["w"] * int(n)) for n in rng.integers(1, 60, size=50)]
+    batches: list[list[int]] = []
+
+    def encode(batch):
+        batches.append([len(t) for t in batch])
+        return np.array([[len(t), t.count("w")] for t in batch], dtype=np.float32)
+
+    out = length_sorted(encode, texts, 8)
+    np.testing.assert_array_equal(out[:, 0], [len(t) for t in texts])  # rows back in input order
+    flat = [n for b in batches for n in b]
+    assert flat == sorted(flat, reverse=True) and [len(b) for b in batches] == [8] * 6 + [2]
+
+
+def test_sampled_validation_is_the_exact_one_over_a_whole_pool_sample_and_encodes_only_its_sample(
+        qwen_dir, tmp_path):
+    from rbench_rankers.lranker.ranker import sampled_mrr
+
+    task = toy_task()
+    r = ranker_for(qwen_dir, tmp_path)
+    r.fit(task)
+    valid, pool = task.valid, task.pool
+    exact = r._validator(task)()
+    vec = r._current_vectors(pool)
+    E0 = r.direct(valid, pool, vec)
+    assert sampled_mrr(E0, vec, valid, np.arange(len(pool))) == pytest.approx(exact, abs=1e-12)
+    # with a sample, only the sample and the validation positives are encoded again
+    r.cfg.valid_pool_sample = 10
+    model = r._ensure_model()
+    seen: list[str] = []
+    real = model.candidate_embeddings
+    model.candidate_embeddings = lambda texts, adapted=False: seen.extend(texts) or real(texts, adapted=adapted)
+    value = r._validator(task)()
+    expected = np.union1d(np.sort(np.random.default_rng([r.seed, 0x7A11D]).choice(len(pool), 10, replace=False)),
+                          valid.positives.values)
+    assert sorted(seen) == sorted(pool.text_batch(expected)) and len(seen) < len(pool)
+    assert 0.0 < value <= 1.0 and value >= exact - 1e-12  # fewer competitors: never a worse rank
+
+
 def test_the_checkpoint_code_version_is_derived_from_the_training_code(tmp_path, monkeypatch):
     from rbench.core import hashing
     from rbench_rankers.lranker import ranker as lr
