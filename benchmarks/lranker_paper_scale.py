@@ -30,6 +30,8 @@ process + children):
 Usage (heavy: run under the machine-wide lock):
     flock /tmp/heavy.lock python benchmarks/lranker_paper_scale.py
     flock /tmp/heavy.lock python benchmarks/lranker_paper_scale.py --queries 20 --steps 10 --clothing-scale 0.005
+    flock /tmp/heavy.lock python benchmarks/lranker_paper_scale.py --only-tts --per-set-kmeans --queries 10
+(the last: Rec-Movie selection only, batched against set-by-set K-means; prints, writes no table).
 Prints a rich table and writes benchmarks/results/lranker_paper_scale.md.
 """
 
@@ -116,16 +118,33 @@ class Timer:
 
 
 class TimedAggregator:
-    """Proxy of ``aggregation.Aggregator``: calls are timed, attributes pass through."""
+    """Proxy of ``aggregation.Aggregator``: calls (one set) and batched ``many`` calls (counted
+    per set; ``batched``: their number) are timed, other attributes pass through.
+    ``per_set=True`` hides ``many``, so callers cluster set by set (the pre-batching path)."""
 
-    def __init__(self, agg, timer: Timer, label: str) -> None:
-        self._agg, self._call = agg, timer.wrap(label, agg.__call__)
+    def __init__(self, agg, timer: Timer, label: str, per_set: bool = False) -> None:
+        self._agg, self._call, self._timer, self._label = agg, timer.wrap(label, agg.__call__), timer, label
+        self._per_set = per_set
 
     def __call__(self, vectors, seed):
         return self._call(vectors, seed)
 
     def __getattr__(self, name):
+        if name == "many":
+            if self._per_set:
+                raise AttributeError(name)
+            return self._many
         return getattr(self._agg, name)
+
+    def _many(self, source, subsets, seeds):
+        t0 = time.perf_counter()
+        try:
+            return self._agg.many(source, subsets, seeds)
+        finally:
+            t = self._timer
+            t.s[self._label] = t.s.get(self._label, 0.0) + time.perf_counter() - t0
+            t.n[self._label] = t.n.get(self._label, 0) + len(subsets)
+            t.n[self._label + " batched"] = t.n.get(self._label + " batched", 0) + 1
 
 
 class TimedTokens:
@@ -252,14 +271,16 @@ def train_loop(ranker, model, data, base, sampler, steps: int, workers: int, see
             "wait_share": rep.data_wait_s / max(1e-9, rep.data_wait_s + rep.step_s), "workers": workers}
 
 
-def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], depths: list[int]) -> dict:
-    """``ranker.select`` on ``n_queries`` seeded validation queries, split by part."""
+def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], depths: list[int],
+                  per_set: bool = False) -> dict:
+    """``ranker.select`` on ``n_queries`` seeded validation queries, split by part (``per_set``:
+    K-means set by set, the path before the batched ``Aggregator.many``)."""
     import rbench.plugin as plugin
 
     timer = Timer()
     ranker._fitted, ranker.info = True, {"checkpoint": ""}
     agg = ranker._agg
-    ranker._agg = TimedAggregator(agg, timer, "K-means")
+    ranker._agg = TimedAggregator(agg, timer, "K-means", per_set)
     ranker._encode_rows = timer.wrap("backbone passes (_encode_rows)", ranker._encode_rows)
     evaluate = plugin.evaluate
     plugin.evaluate = timer.wrap("evaluate (engine ranking + metrics)", evaluate)
@@ -282,6 +303,7 @@ def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], de
     parts = {k: v / n for k, v in timer.s.items()}
     return {"queries": n, "total_s": total, "per_query_s": total / n, "non_forward_per_query_s": (total - fwd) / n,
             "parts": parts, "kmeans_calls_per_query": timer.n.get("K-means", 0) / n,
+            "kmeans_batched_calls_per_query": timer.n.get("K-means batched", 0) / n, "means": sel.get("table"),
             "other_per_query_s": (total - sum(timer.s.values())) / n, "chosen": (sel["width"], sel["depth"])}
 
 
@@ -327,6 +349,32 @@ def fmt_h(seconds: float) -> str:
     return f"{seconds / 3600:,.1f} h" if seconds < 86400 * 3 else f"{seconds / 86400:,.1f} days"
 
 
+def only_tts(console, ranker, movie, args, widths: list[int], depths: list[int]) -> int:
+    """``--only-tts``: the Rec-Movie selection timings (and, with ``--per-set-kmeans``, the old
+    set-by-set path on the same queries; the selection tables must be identical)."""
+    runs = {}
+    for label, per_set in (("per-set K-means", True), ("batched K-means", False)):
+        if per_set and not args.per_set_kmeans:
+            continue
+        t = tts_selection(ranker, movie, args.queries, args.seed, widths, depths, per_set=per_set)
+        runs[label] = t
+        n_valid = len(movie.valid)
+        console.print(f"{label}: {t['queries']} queries, {t['per_query_s']:.3f} s/query total, "
+                      f"{t['non_forward_per_query_s']:.3f} s/query without backbone passes "
+                      f"(x {n_valid:,} valid queries = {t['non_forward_per_query_s'] * n_valid / 60:.1f} min; "
+                      f"goal 2 min); K-means {t['parts'].get('K-means', 0.0):.3f} s/query in "
+                      f"{t['kmeans_calls_per_query']:.0f} sets, {t['kmeans_batched_calls_per_query']:.0f} batched "
+                      f"calls/query; parts {', '.join(f'{k} {v:.3f}' for k, v in t['parts'].items())}; "
+                      f"other {t['other_per_query_s']:.3f}; chose {t['chosen']}")
+    if len(runs) == 2:
+        a, b = (r["means"] for r in runs.values())
+        same = a == b
+        console.print(f"selection tables identical: {same}")
+        if not same:
+            return 1
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -345,6 +393,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--full-repeats", type=int, default=3, help="seeds of that K-means (median reported)")
     ap.add_argument("--set", dest="sets", action="append", default=[], help="ranker option key=value")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--only-tts", action="store_true",
+                    help="Rec-Movie TTS selection only (printed; the results table is not written)")
+    ap.add_argument("--per-set-kmeans", action="store_true",
+                    help="with --only-tts: also time set-by-set K-means (the path before Aggregator.many) "
+                         "and check that both choose from identical tables")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "lranker_paper_scale.md")
     args = ap.parse_args(argv)
     if not 0 <= args.clothing_scale <= 1:
@@ -379,6 +432,8 @@ def main(argv: list[str] | None = None) -> int:
         enc_movie = pool_encoding(ranker, movie.pool)
         model, base, sampler = prepare(ranker, movie, args.seed)
     cfg = ranker.cfg
+    if args.only_tts:
+        return only_tts(console, ranker, movie, args, widths, depths)
     with rss.phase("movie: data pipeline", ph):
         pipe_movie = pipeline_steps(ranker, model, movie, base, sampler, args.steps + 1, args.seed)
     with rss.phase("movie: training loop", ph):

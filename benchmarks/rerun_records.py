@@ -5,7 +5,7 @@
 
 Each record becomes one ``rbench run`` command: its ranker, task, variant, seed, test-query
 sample, its whole effective ranker and task config (``--set``), two-stage spec (``--rerank-from``,
-``--rerank-depth``) and results folder (the record's path minus ``<scenario>/<task>/<file>``).
+``--rerank-depth``), the measures it asked for by name (``--measure``) and results folder (the record's path minus ``<scenario>/<task>/<file>``).
 ``--overwrite only-missing`` re-runs exactly the records that are stale (another evaluation
 protocol, ranker code, config or data) and keeps the rest. This is how the committed records are
 regenerated when ``rbench.core.protocol.PROTOCOL_VERSION`` moves.
@@ -27,6 +27,24 @@ def _value(v: Any) -> str:
     if isinstance(v, (list, tuple)):
         return ",".join(_value(x) for x in v)
     return str(v)
+
+
+def _asked_measures(metrics: dict[str, Any]) -> list[str]:
+    """The measures a record's run asked for by name (``--measure``): its metrics beyond the
+    defaults every record holds, that parse as measures (a rerank's ``-dropped`` ones do not)."""
+    from rbench.core.errors import RBenchError
+    from rbench.core.measures import parse_measure
+    from rbench.engine.metrics import RECORD_MEASURES
+
+    asked = []
+    for name in metrics:
+        try:
+            measure = str(parse_measure(name))
+        except RBenchError:
+            continue
+        if measure not in RECORD_MEASURES:
+            asked.append(measure)
+    return asked
 
 
 def command(path: Path) -> list[str]:
@@ -53,6 +71,7 @@ def command(path: Path) -> list[str]:
         argv += ["--rerank-from", first.get("source") or first["name"], "--rerank-depth", str(rerank["depth"])]
         for key, value in sorted((non_default.get("rerank", {}).get("first_stage_options") or {}).items()):
             argv += ["--set", f"first_stage.{key}={_value(value)}"]
+    argv += [arg for name in _asked_measures(rec.get("metrics") or {}) for arg in ("--measure", name)]
     results_dir = path.parents[2]  # <results>/<scenario>/<task>/<record>.json
     argv += ["--results-dir", str(results_dir), "--overwrite", "only-missing", "--quiet"]
     return argv

@@ -213,6 +213,11 @@ class PairRanker(BaseRanker):
     pairwise = True
     transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts
     _pool: Pool | None = None
+
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        """Only ``fit=true`` learns from the train split; the default scores with the model as it is."""
+        return bool(getattr(config, "fit", False))
     info: dict[str, Any]
 
     def score_pairs(self, qs: list[str], docs: list[str]) -> np.ndarray:

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import zlib
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -74,6 +75,12 @@ class PopularityRanker(BaseRanker):
     description = "training-target frequency (floor for recommendation and routing)"
     Config = PopOptions
     domains = ("recommendation", "routing", "generic")
+
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        """A floor: on a task with no train split every count is 0 and it ranks by pool order
+        (the hashed order, another query-independent floor), so it runs zero-shot too."""
+        return False
 
     def fit(self, task: TaskData) -> None:
         counts = np.bincount(task.train.positives.values, minlength=len(task.fit_pool)).astype(np.float64)

@@ -2,7 +2,8 @@
 
 The public Python API (stable names, listed here once): ``evaluate`` one ranker on one task,
 ``evaluate_many`` rankers x tasks, ``load_task``, ``list_tasks``, ``list_rankers``,
-``load_results`` (a DataFrame of RunRecords) and ``table`` (a scenario's leaderboard). They live
+``load_results`` (a DataFrame of RunRecords, or of their per-query values), ``table`` (a
+scenario's leaderboard) and ``compare`` (every pair of runs on one task, tested). They live
 in ``rbench.public``, whose module level imports nothing heavy, so ``import rbench`` stays light.
 """
 
@@ -19,6 +20,7 @@ __version__ = "0.2.0"  # follows releases; what a record's numbers depend on is 
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
 from rbench.public import (  # noqa: E402  (the version first: rbench.results.record reads it)
+    compare,
     evaluate,
     evaluate_many,
     list_rankers,
@@ -28,5 +30,5 @@ from rbench.public import (  # noqa: E402  (the version first: rbench.results.re
     table,
 )
 
-__all__ = ["__version__", "evaluate", "evaluate_many", "list_rankers", "list_tasks", "load_results", "load_task",
-           "table"]
+__all__ = ["__version__", "compare", "evaluate", "evaluate_many", "list_rankers", "list_tasks", "load_results",
+           "load_task", "table"]

@@ -33,6 +33,6 @@ from rbench.tasks.families.routing import routing_outcomes
 
 __all__ = [
     "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "Scorer", "aggregate",
-    "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
+    "ast_digest", "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
     "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "short_hash", "vector_scorer",
 ]

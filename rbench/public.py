@@ -20,11 +20,13 @@ if TYPE_CHECKING:
     import pandas as pd
 
     from rbench.api import TaskData
+    from rbench.results.compare import Comparison
     from rbench.results.leaderboard import Leaderboard
     from rbench.results.record import RunRecord
     from rbench.run.runner import RunOutcome, RunPlan
 
-__all__ = ["evaluate", "evaluate_many", "plan_run", "run_outcome", "list_rankers", "list_tasks", "load_results", "load_task", "table"]
+__all__ = ["evaluate", "evaluate_many", "plan_run", "run_outcome", "list_rankers", "list_tasks", "load_results", "load_task", "table",
+           "compare"]
 
 Progress = Callable[[str, "int | None"], Callable[[int], None]]
 
@@ -47,10 +49,11 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
              overwrite: str = DEFAULTS.overwrite, batch_size: int = DEFAULTS.batch_size,
              chunk_size: int = DEFAULTS.chunk_size,
              ann: str | None = None, ray_shards: int | None = None, scan: str = DEFAULTS.scan,
-             scan_precision: str = DEFAULTS.scan_precision) -> RunPlan:
+             scan_precision: str = DEFAULTS.scan_precision, measures: Iterable[str] = DEFAULTS.measures) -> RunPlan:
     """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
     option and file is checked here, before any data is loaded. ``options`` may hold
-    ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing."""
+    ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing.
+    ``measures``: more measures by name (``--measure``), computed beside the defaults."""
     from rbench.run.runner import RunOptions, make_plan
 
     return make_plan(RunOptions(
@@ -58,7 +61,7 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
         max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else DEFAULTS.results_dir,
         write=results_dir is not None, batch_size=batch_size, chunk_size=chunk_size, topk=topk, ann=ann,
         ray_shards=ray_shards, scan=scan, scan_precision=scan_precision, rerank_from=rerank_from, rerank_depth=rerank_depth, force=force,
-        overwrite=overwrite))
+        overwrite=overwrite, measures=tuple(measures) if not isinstance(measures, str) else (measures,)))
 
 
 def run_outcome(ranker: Any, task: Any, *, progress: Progress | None = None, **kwargs: Any) -> RunOutcome:
@@ -77,7 +80,7 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
              results_dir: str | Path | None = None, rerank_from: str | None = None,
              rerank_depth: int | str | None = None, force: bool = False, topk: int = DEFAULTS.topk,
              overwrite: str = DEFAULTS.overwrite, scan: str = DEFAULTS.scan,
-             scan_precision: str = DEFAULTS.scan_precision) -> RunRecord:
+             scan_precision: str = DEFAULTS.scan_precision, measures: Iterable[str] = DEFAULTS.measures) -> RunRecord:
     """Evaluate one ranker on one task; the RunRecord (metrics, timings, effective config), with
     its per-query metrics as a DataFrame in ``record.per_query``.
 
@@ -89,13 +92,16 @@ def evaluate(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     ``results_dir`` is given; then ``overwrite`` (only-missing | always | never) decides whether an
     existing record of the same run is kept (``record.per_query`` is then read from its file).
     ``scan="cuda"`` scans an embedding ranker's scores with torch on a GPU (``"torch"``: on the
-    CPU, the GPU path's twin; ``scan_precision`` fp32 | tf32 | bf16; docs/guides/gpu.md)."""
+    CPU, the GPU path's twin; ``scan_precision`` fp32 | tf32 | bf16; docs/guides/gpu.md).
+    ``measures``: more measures in ir_measures' syntax (``["P@5", "AP(rel=2)@100"]``), stored in
+    ``record.metrics`` beside the paper's defaults (docs/reference/measures.md); a kept record that
+    lacks one is run again (``overwrite="only-missing"``)."""
     from rbench.results.record import read_per_query
 
     out = run_outcome(ranker, task, variant=variant, options=options, task_options=task_options,
                       max_queries=max_queries, seed=seed, results_dir=results_dir, rerank_from=rerank_from,
                       rerank_depth=rerank_depth, force=force, topk=topk, overwrite=overwrite, scan=scan,
-                      scan_precision=scan_precision)
+                      scan_precision=scan_precision, measures=measures)
     rec = out.record
     if out.skipped:  # say so, as the CLI does: the numbers come from an earlier run
         import warnings
@@ -146,10 +152,15 @@ RESULT_COLUMNS = ("scenario", "task", "variant", "column", "ranker", "label", "c
 
 
 def load_results(results_dir: str | Path = "results", scenario: str | None = None, task: str | None = None,
-                 ranker: str | None = None, variant: str | None = None) -> pd.DataFrame:
+                 ranker: str | None = None, variant: str | None = None, per_query: bool = False) -> pd.DataFrame:
     """Every RunRecord under ``results_dir`` as a long DataFrame: one row per (record, measure),
     with the fields tables key on (``RESULT_COLUMNS``). Filters match exactly; ``variant`` by the
-    recorded label (``original``, ``mixed``, ``scaled:1000``, ...)."""
+    recorded label (``original``, ``mixed``, ``scaled:1000``, ...).
+
+    ``per_query=True``: the per-query values instead, wide: one row per (record, query) with
+    ``PER_QUERY_KEYS`` (the record's keys, ``query_id`` as text) then one column per measure, read
+    from each record's per-query file (its sha256 checked); a record without a usable file is
+    left out with a warning naming the file."""
     import pandas as pd
 
     from rbench.api import SCENARIOS
@@ -161,9 +172,13 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
     if task is not None and ("/" in task or "\\" in task):
         raise RBenchError(f"task {task!r}: expected a task name such as 'ml-100k' (no '/' or '\\')")
     rows = []
+    frames = []
     for path, rec in load_records(require_results_dir(Path(results_dir)), scenario):
         if (task and rec.task != task) or (ranker and rec.ranker.get("name") != ranker) \
                 or (variant and (rec.variant or "original") != variant):
+            continue
+        if per_query:
+            frames.append(_per_query_rows(path, rec))
             continue
         for measure, value in rec.metrics.items():
             rows.append({"scenario": rec.scenario, "task": rec.task, "variant": rec.variant or "original",
@@ -172,17 +187,77 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
                          "n_queries": rec.n_queries, "seed": rec.seed, "task_fingerprint": rec.task_fingerprint,
                          "rbench_version": rec.rbench_version, "protocol": rec.protocol, "created": rec.created,
                          "path": str(path)})
+    if per_query:
+        found = [f for f in frames if f is not None]
+        return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=list(PER_QUERY_KEYS))
     return pd.DataFrame(rows, columns=list(RESULT_COLUMNS))
 
 
-def table(scenario: str, results_dir: str | Path = "results", variant: str | None = None) -> Leaderboard:
+PER_QUERY_KEYS = ("scenario", "task", "variant", "column", "ranker", "label", "config_hash", "path", "query_id")
+
+
+def _per_query_rows(path: Path, rec: RunRecord) -> pd.DataFrame | None:
+    """One record's per-query frame with its keys in front (``PER_QUERY_KEYS``); None (and the
+    reader's warning) when its file is missing, corrupt or not the one it was written with."""
+    from rbench.results.record import read_per_query
+
+    frame = read_per_query(path, rec)
+    if frame is None:
+        return None
+    keys = {"scenario": rec.scenario, "task": rec.task, "variant": rec.variant or "original", "column": rec.column,
+            "ranker": rec.ranker.get("name"), "label": rec.label, "config_hash": rec.config_hash, "path": str(path)}
+    measures = frame.drop(columns=["query_id"])
+    return measures.assign(**keys, query_id=frame["query_id"].astype(str))[
+        [*PER_QUERY_KEYS, *measures.columns]]
+
+
+def table(scenario: str, results_dir: str | Path = "results", variant: str | None = None,
+          measures: Iterable[str] = ()) -> Leaderboard:
     """The leaderboard of one scenario (rows: rankers with their options; columns: tasks), with
     significance marks, floors and budgets; ``.frame()`` gives it as a DataFrame,
-    ``rbench.results.leaderboard.to_markdown`` / ``to_csv`` render it (what ``rbench table`` writes)."""
+    ``rbench.results.leaderboard.to_markdown`` / ``to_csv`` render it (what ``rbench table`` writes).
+    ``measures``: more measures shown beside nDCG@10 and MRR (``rbench table --measure``); a
+    record that lacks one shows ``n/r`` there, with a note."""
     from rbench.api import SCENARIOS
     from rbench.core.errors import unknown
     from rbench.results import leaderboard
 
     if scenario not in SCENARIOS:
         raise unknown("scenario", scenario, SCENARIOS)
-    return leaderboard.build(Path(results_dir), scenario, variant)
+    return leaderboard.build(Path(results_dir), scenario, variant,
+                             (measures,) if isinstance(measures, str) else tuple(measures))
+
+
+def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str | Path = "results",
+            scenario: str | None = None, variant: str | None = None, measures: Iterable[str] | None = None,
+            test: str = "randomization", correction: str = "holm", alpha: float = 0.05, n_resamples: int = 10000,
+            seed: int = 0) -> Comparison:
+    """Every pair of runs on ``task``'s column of the leaderboard (the rows ``rbench table``
+    shows there; ``rankers``: some of them, by label or by ranker name), tested per measure
+    (``test``: "randomization" or "t", two-sided, paired on the same queries) with p-values
+    corrected over each measure's pairs (``correction``: "holm", "bonferroni" or "none"), with
+    mean differences, paired-t 95% CIs and Cohen's d_z. ``measures``: per-query column names
+    (``MRR`` means ``RR``; default nDCG@10 and MRR). The result renders as ``.to_markdown()``,
+    ``.to_csv()``, ``.to_latex()`` and ``.rich_tables()``; ``.pairs_frame()`` is a DataFrame."""
+    from rbench.results.compare import (
+        DEFAULT_MEASURES,
+        NOT_MEASURES,
+        check_options,
+        compare_frames,
+        measure_column,
+    )
+    from rbench.results.compare_runs import select
+
+    check_options(test, correction, alpha)
+    if isinstance(rankers, str):  # one name, not its letters
+        rankers = [rankers]
+    if isinstance(measures, str):
+        measures = [measures]
+    chosen = select(results_dir, task, list(rankers) if rankers is not None else None, scenario=scenario,
+                    variant=variant)
+    available = list(dict.fromkeys(c for f in chosen.runs.values() for c in f.columns if c not in NOT_MEASURES))
+    wanted = [measure_column(m, available) for m in (measures or DEFAULT_MEASURES)]
+    result = compare_frames(chosen.runs, wanted, task=chosen.task, test=test, correction=correction, alpha=alpha,
+                            n_resamples=n_resamples, seed=seed)
+    result.notes += chosen.notes
+    return result

@@ -73,6 +73,19 @@ def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
     assert 'id="rbench.public.evaluate"' in api and 'id="rbench.api.Ranker"' in api
 
 
+def test_the_measures_page_follows_the_measure_registry(site):
+    from rbench.core.measures import FAMILIES, NOT_RANK_BASED
+    from rbench.engine.metrics import RECORD_MEASURES
+
+    text = " ".join(_text(site / "reference" / "measures" / "index.html").split())
+    bare = "".join(text.split())  # code spans leave spaces around their text
+    for family in FAMILIES.values():
+        assert "".join(family.definition.replace("`", "").split()) in bare, family.name
+        assert family.trec_eval in text
+    assert all(name in text for name in NOT_RANK_BASED) and all(m in text for m in RECORD_MEASURES)
+    assert "--overwrite only-missing" in text and "n/r" in text
+
+
 def test_the_built_site_names_no_machine_local_path(site):
     bad = [str(p.relative_to(site)) for p in site.rglob("*.html") if LOCAL_PATHS.search(p.read_text(encoding="utf-8"))]
     assert bad == []

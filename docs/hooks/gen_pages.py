@@ -1,6 +1,6 @@
-"""MkDocs hook: one page per task, per ranker and per CLI command, generated at build time from the
-registries (the same data ``rbench tasks --json`` / ``rbench rankers --json`` print), so the pages
-cannot drift from the code.
+"""MkDocs hook: one page per task, per ranker and per CLI command, and the measures page, generated
+at build time from the registries (the same data ``rbench tasks --json`` / ``rbench rankers --json``
+print; the measures from ``rbench.core.measures.FAMILIES``), so the pages cannot drift from the code.
 
 - ``on_config`` adds the generated pages to the navigation;
 - ``on_files`` adds them to the build as generated files (nothing is written into ``docs/``).
@@ -307,6 +307,66 @@ def _cli_page() -> str:
 
 
 # --------------------------------------------------------------------------------------------
+# measures
+# --------------------------------------------------------------------------------------------
+
+
+def _measures_page() -> str:
+    """The measures rbench computes, from ``rbench.core.measures.FAMILIES`` (the parser's own
+    registry) and ``rbench.engine.metrics`` (the defaults every record holds, the tie rule)."""
+    from rbench.core.measures import ALIASES, FAMILIES, NOT_RANK_BASED
+    from rbench.engine.metrics import RECORD_MEASURES, TIE_RULE
+
+    lines = ["# Measures", "",
+             "Generated from the measure registry (`rbench.core.measures.FAMILIES`) at build time. Every "
+             "RunRecord holds the paper's defaults, " + ", ".join(f"`{m}`" for m in RECORD_MEASURES)
+             + " (`RR` is the paper's MRR); more are asked for by name, in "
+             "[ir_measures](https://ir-measur.es/)' syntax:", "",
+             "```bash",
+             "rbench run -r bm25 -t ml-100k --measure P@5 --measure 'AP(rel=2)@100'",
+             "rbench table -s large --measure P@5",
+             "```", "",
+             "or `rbench.evaluate(..., measures=[\"P@5\", \"AP(rel=2)@100\"])` and "
+             "`rbench.table(..., measures=[\"P@5\"])` in Python.", "",
+             "## How they are computed", "",
+             "The engine hands over each positive's exact 1-based rank over the **whole pool** (or the "
+             "query's whole candidate list), never a truncated list, so every measure below is exact: it "
+             "is a function of the relevant documents' ranks alone. Ties are resolved first (" + _text(TIE_RULE)
+             + "). The semantics are ir_measures' (trec_eval's), and `tests/engine/test_measures.py` checks "
+             "every family against the `ir_measures` package on random tie-heavy, graded data:", "",
+             "- `NAME@K` cuts the ranking at K; `NAME` alone reads the whole ranking.",
+             "- `NAME(rel=N)` counts a positive as relevant only when its grade is at least N; grades below "
+             "N are non-relevant for that measure. Without `rel` every positive is relevant (ir_measures' "
+             "default `rel=1` on the integer grades trec_eval reads; `rel=1` is written without it, as "
+             "ir_measures does).",
+             "- A query with no relevant document scores 0 and still counts in the mean (trec_eval `-c`).",
+             "- Values are fractions in [0, 1] in the record; tables show %.", "",
+             "| measure | cutoff | `rel` | trec_eval | definition (per query) |", "|---|---|---|---|---|"]
+    for f in FAMILIES.values():
+        cutoff = "required" if f.cutoff_required else "optional"
+        lines.append(f"| `{f.name}` | {cutoff} | {'yes' if f.takes_rel else 'no'} | `{f.trec_eval}` "
+                     f"| {_text(f.definition)} |")
+    lines += ["", "Other names ir_measures accepts for them: "
+              + ", ".join(f"`{a}` = `{n}`" for a, n in ALIASES.items()) + ". A record's `metrics` key is the "
+              "canonical spelling (`str()` of the parsed `Measure`, as ir_measures prints it): `MRR@10` is "
+              "stored as `RR@10`.", "",
+              "## Refused", "",
+              "A name outside the table is refused in one line naming what is expected (exit 2). Measures "
+              "that are not a function of the positives' ranks are refused with their reason:", ""]
+    lines += [f"- `{name}`: {_text(why)}." for name, why in NOT_RANK_BASED.items()]
+    lines += ["", "## Records and `--overwrite`", "",
+              "Requested measures are stored in the RunRecord's `metrics` (and columns of its per-query "
+              "file) after the defaults; they never change the ranking, the defaults or the record's "
+              "identity (its file name and config hash). With `--overwrite only-missing` (the default), an "
+              "existing record that lacks a requested measure is **run again** (the per-query ranks behind "
+              "it are not kept, so it cannot be filled in) and rewritten with the defaults and the measures "
+              "that run asked for; a record that holds them all is kept. `--overwrite never` keeps a record "
+              "whatever it lacks. `rbench table --measure M` shows M's column; a run whose record lacks it "
+              "shows `n/r`, with a note under the table.", ""]
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------------------------
 # mkdocs events
 # --------------------------------------------------------------------------------------------
 
@@ -328,7 +388,7 @@ def on_config(config: Any) -> Any:
 
 def on_files(files: Files, config: Any) -> Files:
     generated = {"tasks/index.md": _tasks_index(), "rankers/index.md": _rankers_index(),
-                 "reference/cli-commands.md": _cli_page()}
+                 "reference/cli-commands.md": _cli_page(), "reference/measures.md": _measures_page()}
     generated.update({f"tasks/{name}.md": text for name, text in _tasks()})
     generated.update({f"rankers/{name}.md": text for name, _, text in _rankers()})
     for path, text in generated.items():

@@ -102,6 +102,10 @@ class GenerativeRanker(BaseRanker):
     transfers = True
     set_dependent = True
     windowed: ClassVar[bool] = False
+
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        return False  # fit only notes the task's domain (its wording)
     rerank_depth: ClassVar[int] = 20
     default_new_tokens: ClassVar[int] = 16
 

@@ -55,6 +55,8 @@ from .aggregation import derive_seed
 
 EncodeParts = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (query rows, slots (P,K,D)) -> (P, dim)
 Aggregate = Callable[[np.ndarray, int], np.ndarray]  # (vectors (n,D), seed) -> (K, D)
+# an ``Aggregate`` may also have ``many(source, subsets, seeds) -> (S, K, D)`` (``Aggregator.many``):
+# then each round's kept subsets of all queries are clustered in one call, with the same slots
 
 
 @dataclass
@@ -103,7 +105,7 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
     trace: list[dict] = []
     for t in range(depth):
         cur = embs[t]
-        rows, slots, kept_sizes = [], [], []
+        rows, subsets, part_seeds, kept_sizes = [], [], [], []
         for i in range(n):
             S = survivors[i]
             if S is None:
@@ -113,14 +115,20 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
             kept = eliminate(S, scores, width, keep, rng, min_keep)
             for m, sub in enumerate(kept):
                 rows.append(i)
-                slots.append(aggregate(np.asarray(agg_vectors[sub]), derive_seed(seeds[i], "agg", width, t, m)))
+                subsets.append(sub)
+                part_seeds.append(derive_seed(seeds[i], "agg", width, t, m))
             kept_sizes.append([len(s) for s in kept])
             survivors[i] = np.concatenate(kept)
         if not rows:  # no query
             embs[t + 1] = cur
             continue
         rows_arr = np.asarray(rows, dtype=np.int64)
-        parts = np.asarray(encode_parts(rows_arr, np.stack(slots)), dtype=np.float32)
+        many = getattr(aggregate, "many", None)
+        if many is not None:  # every kept subset of the round in one batched clustering call
+            slots = np.asarray(many(agg_vectors, subsets, part_seeds))
+        else:
+            slots = np.stack([aggregate(np.asarray(agg_vectors[sub]), sd) for sub, sd in zip(subsets, part_seeds)])
+        parts = np.asarray(encode_parts(rows_arr, slots), dtype=np.float32)
         total = cur.astype(np.float64).copy()
         np.add.at(total, rows_arr, parts)
         counts = 1 + np.bincount(rows_arr, minlength=n)

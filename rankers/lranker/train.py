@@ -126,6 +126,22 @@ class PartitionSampler:
         r = r % len(parts)
         return self.agg(self.vectors[parts[r]], derive_seed(self.seed, "part", q, r))
 
+    def slots_many(self, qs: Sequence[int], rs: Sequence[int]) -> np.ndarray:
+        """``np.stack([self.slots(q, r) for q, r in zip(qs, rs)])``: a step's partitions are
+        clustered in one batched call (``Aggregator.many``), with the same slots."""
+        many = getattr(self.agg, "many", None)
+        if self.bank is not None or many is None:
+            return np.stack([self.slots(int(q), int(r)) for q, r in zip(qs, rs)])
+        subsets, seeds = [], []
+        for q, r in zip(qs, rs):
+            q = int(q)
+            items = self.candidates[q] if self.candidates is not None else np.arange(len(self.vectors))
+            parts = self.parts_of(np.asarray(items), ("query", q))
+            r = int(r) % len(parts)
+            subsets.append(parts[r])
+            seeds.append(derive_seed(self.seed, "part", q, r))
+        return np.asarray(many(self.vectors, subsets, seeds))
+
     def describe(self) -> str:
         if self.bank is not None:
             return f"{len(self.bank)} shared random {self.m}-partitions of the pool"
@@ -234,6 +250,15 @@ class StepInputs:
     target: torch.Tensor  # (B,) column of each query's positive in cand_ids
     allowed: torch.Tensor  # (B, C) bool: columns in each query's softmax
 
+    def to(self, device: torch.device) -> StepInputs:
+        """The tensors on ``device``; copies from pinned memory do not block the host."""
+        nb = device.type == "cuda"
+        move = lambda t: t.to(device, non_blocking=nb) if t is not None else None  # noqa: E731
+        move_batch = lambda b: TokenBatch(*(move(t) for t in (b.input_ids, b.attention_mask, b.pool_mask,  # noqa: E731
+                                                              b.placeholder))) if b is not None else None
+        return StepInputs(self.rows, move_batch(self.queries), move(self.slots), self.cand_ids,
+                          move_batch(self.cand_tokens), move(self.target), move(self.allowed))
+
     def pin_memory(self) -> StepInputs:
         pin = lambda t: t.pin_memory() if t is not None else None  # noqa: E731
         pin_batch = lambda b: TokenBatch(*(pin(t) for t in (b.input_ids, b.attention_mask, b.pool_mask, b.placeholder))) \
@@ -304,9 +329,9 @@ class StepBuilder(torch.utils.data.Dataset):
             allowed = np.stack([~np.isin(union, f) for f in forbidden])
         allowed[np.arange(len(rows)), col] = True
         slots = None
-        if self.sampler is not None:
-            slots = torch.from_numpy(np.stack([
-                self.sampler.slots(int(q), int(rng.integers(cfg.n_partitions))) for q in rows]).astype(np.float32))
+        if self.sampler is not None:  # the part draws first (slots_many draws nothing from rng)
+            drawn = [int(rng.integers(cfg.n_partitions)) for _ in rows]
+            slots = torch.from_numpy(self.sampler.slots_many([int(q) for q in rows], drawn).astype(np.float32))
         qtok = self.tokens.queries([self.prompts[int(q)] for q in rows], [q_.texts[int(q)] for q in rows],
                                    with_placeholder=cfg.global_info)
         ctok = self.tokens.candidates([str(self.pool_texts[int(c)]) for c in union]) if self.shared else None
@@ -346,8 +371,8 @@ def _worker_init(_: int) -> None:
 
 def step_loader(builder: StepBuilder, workers: int, prefetch: int, pin: bool) -> Any:
     """Whole steps from ``builder`` in order; ``workers=0`` builds them in the loop."""
-    if workers == 0:
-        return (builder[i] for i in range(len(builder)))
+    if workers == 0:  # pinned as the loader's workers would (non-blocking copies to the GPU)
+        return (builder[i].pin_memory() if pin else builder[i] for i in range(len(builder)))
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")  # forked workers tokenise on their own
     return iter(torch.utils.data.DataLoader(builder, batch_size=None, shuffle=False, num_workers=workers,
                                             prefetch_factor=prefetch, pin_memory=pin, collate_fn=_identity,
@@ -360,6 +385,8 @@ def step_loader(builder: StepBuilder, workers: int, prefetch: int, pin: bool) ->
 def step_loss(model: LRankerModel, inputs: StepInputs, frozen: np.ndarray | None) -> torch.Tensor:
     """InfoNCE of each query's positive against the other allowed candidates of the step."""
     dev = model.device
+    if dev.type == "cuda":  # one round of non-blocking copies (pinned by the loader) before the forward
+        inputs = inputs.to(dev)
     soft = model.project(inputs.slots) if inputs.slots is not None else None
     hq = model.query_tokens_embeddings(inputs.queries, soft)
     if inputs.cand_tokens is not None:
@@ -414,7 +441,11 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
         keep_freed_memory()
     best_state: dict[str, torch.Tensor] | None = None
     since_best, cand_total = 0, 0
-    window_losses: list[float] = []
+    # per-step losses stay on the device (no host sync per step); read at evaluations and epoch ends
+    window_losses: list[torch.Tensor] = []
+
+    def host(losses: list[torch.Tensor]) -> list[float]:
+        return torch.stack(losses).tolist() if losses else []
     t_start = time.perf_counter()
 
     def evaluate_now(epoch_pos: float) -> bool:
@@ -424,7 +455,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
         mrr = float(validate()) if validate is not None else None
         model.train()
         point = {"epoch": round(epoch_pos, 4), "step": report.steps, "examples": report.examples_seen,
-                 "train_loss": float(np.mean(window_losses)) if window_losses else None,
+                 "train_loss": float(np.mean(host(window_losses))) if window_losses else None,
                  "valid_MRR": mrr, "seconds": round(time.perf_counter() - t_start, 1),
                  "eval_s": round(time.perf_counter() - t_eval, 1)}
         report.curve.append(point)
@@ -451,7 +482,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
             batches = batches[: total - report.steps]
         tick = progress(f"lranker epoch {epoch + 1}", sum(len(b) for b in batches)) if progress else None
         loader = step_loader(builder.for_epoch(epoch, batches), cfg.loader_workers, cfg.prefetch, pin)
-        losses = []
+        losses: list[torch.Tensor] = []
         for i in range(len(batches)):
             t_wait = time.perf_counter()
             inputs = next(loader)
@@ -468,7 +499,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
             report.steps += 1
             report.examples_seen += len(inputs.rows)
             cand_total += len(inputs.cand_ids)
-            losses.append(float(loss.detach()))
+            losses.append(loss.detach())
             window_losses.append(losses[-1])
             if tick:
                 tick(len(inputs.rows))
@@ -480,7 +511,7 @@ def train(model: LRankerModel, cfg: LRankerConfig, queries: Queries, vectors: np
                 break
         del loader
         report.epochs = epoch + (i + 1) / max(1, steps_per_epoch)
-        report.loss_per_epoch.append(float(np.mean(losses)))
+        report.loss_per_epoch.append(float(np.mean(host(losses))))
         report.seconds_per_epoch.append(round(time.perf_counter() - t0, 3))
         if stop or report.steps >= total:
             break

@@ -11,7 +11,7 @@ import warnings
 
 import typer
 
-from rbench.cli import listing, reproduce, run, tables
+from rbench.cli import compare, listing, reproduce, run, tables
 from rbench.cli.common import err
 from rbench.core.console import PipeClosed, quiet_stdout, styled
 from rbench.core.errors import RBenchError
@@ -35,11 +35,12 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """rbench: benchmark LLM rankers against classic and task-specific baselines."""
 
 
-# one module per command group (rbench.cli.listing, run, tables, reproduce, data)
+# one module per command group (rbench.cli.listing, run, tables, compare, reproduce, data)
 app.command("tasks")(listing.tasks_cmd)
 app.command("rankers")(listing.rankers_cmd)
 app.command("run")(run.run_cmd)
 app.command("table")(tables.table_cmd)
+app.command("compare")(compare.compare_cmd)
 app.add_typer(tables.plot_app, name="plot")
 app.command("reproduce")(reproduce.reproduce_cmd)
 

@@ -10,7 +10,9 @@
   is, and a change to its files re-prepares), a copy otherwise (e.g. Windows without the symlink
   privilege). Files in the raw folder that came from ``download`` are replaced too; the download
   cache keeps them.
-- ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.families.imported``).
+- ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.families.imported``):
+  a BEIR folder (``--beir``), an ``ir_datasets`` id (``--ir-datasets``), an MTEB-style Hugging Face
+  dataset (``--hf``; both through ``rbench.tasks.sources``), or three files.
 - ``list`` shows every task's raw, download and prepared state.
 """
 
@@ -297,23 +299,76 @@ def prepare_cmd(
 @data_app.command("import")
 def import_cmd(
     name: str = typer.Argument(..., help="Name of the new task (lowercase, digits, . _ -)."),
-    corpus: Path = typer.Option(..., "--corpus", help="corpus.jsonl[.gz] ({_id, title?, text})."),
-    queries: Path = typer.Option(..., "--queries", help="queries.jsonl[.gz] ({_id, text, split?})."),
-    qrels: Path = typer.Option(..., "--qrels", help="qrels.tsv[.gz] (query-id, corpus-id, score)."),
+    beir: Optional[Path] = typer.Option(None, "--beir", help="A BEIR folder: corpus.jsonl, queries.jsonl, "
+                                        "qrels/{train,dev,test}.tsv (splits from the qrels files; test only: zero-shot)."),
+    ir_datasets_id: Optional[str] = typer.Option(None, "--ir-datasets", help="An ir_datasets id (docs, queries, "
+                                                 "qrels; its own download and cache): pip install 'rbench[ir-datasets]'."),
+    hf: Optional[str] = typer.Option(None, "--hf", help="REPO[:CONFIG]: an MTEB-style retrieval dataset (corpus, "
+                                     "queries and qrels/default configs) through Hugging Face datasets: "
+                                     "pip install 'rbench[hf]'."),
+    corpus: Optional[Path] = typer.Option(None, "--corpus", help="corpus.jsonl[.gz] ({_id, title?, text})."),
+    queries: Optional[Path] = typer.Option(None, "--queries", help="queries.jsonl[.gz] ({_id, text, split?})."),
+    qrels: Optional[Path] = typer.Option(None, "--qrels", help="qrels.tsv[.gz] (query-id, corpus-id, score)."),
     candidates: Optional[Path] = typer.Option(None, "--candidates", help="candidates.jsonl (small scenario)."),
     scenario: str = typer.Option("large", "--scenario", help="small | large | ultra"),
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace an existing import of the same name."),
 ) -> None:
-    """Import a bring-your-own task in the BEIR layout (validated completely before copying)."""
-    from rbench.tasks.registry import import_task
+    """Import a bring-your-own task in the BEIR layout (validated completely before copying): a
+    BEIR folder, an ir_datasets id, a Hugging Face dataset, or three files."""
+    from rbench.tasks import sources
+    from rbench.tasks.families import imported
+    from rbench.tasks.registry import BUILTIN
 
+    files = {"--corpus": corpus, "--queries": queries, "--qrels": qrels}
+    given = [flag for flag, v in (("--beir", beir), ("--ir-datasets", ir_datasets_id), ("--hf", hf)) if v is not None]
+    if any(v is not None for v in files.values()):
+        given.append("--corpus/--queries/--qrels")
+    if len(given) != 1:
+        raise RBenchError("rbench data import: give one source: --beir DIR, --ir-datasets ID, --hf REPO[:CONFIG], "
+                          "or --corpus, --queries and --qrels" + (f" (got {', '.join(given)})" if given else ""))
+    lacking = [flag for flag, v in files.items() if v is None]
+    if given[0].startswith("--corpus") and lacking:
+        raise RBenchError(f"rbench data import: {', '.join(lacking)} missing (the three files go together; "
+                          "or --beir DIR for a BEIR folder)")
+    reserved = set(BUILTIN)
     with Progress(SpinnerColumn(), description_column(), TimeElapsedColumn(), console=err,
                   transient=True) as progress:
         progress.add_task(f"validating and importing {name}", total=None)
-        target = import_task(name, corpus, queries, qrels, scenario, candidates, overwrite=overwrite)
-    counts = json.loads((target / "task.json").read_text(encoding="utf-8")).get("counts", {})
+        if beir is not None:
+            target = imported.import_beir_folder(name, beir, scenario, candidates, overwrite=overwrite,
+                                                 reserved=reserved)
+        elif ir_datasets_id is not None or hf is not None:
+            imported.check_import(name, scenario, candidates, overwrite, reserved)  # before any download
+            root = imported.imported_root()
+            remove_stale(root)
+            with scratch_dir(root / name, "fetch.") as tmp:
+                if ir_datasets_id is not None:
+                    flag = sources.ir_datasets_folder(ir_datasets_id, tmp)
+                    origin = f"ir_datasets:{ir_datasets_id}"
+                else:
+                    flag = sources.hf_folder(hf or "", tmp)
+                    origin = f"hf:{hf}"
+                target = imported.import_beir_folder(name, tmp, scenario, candidates, origin=origin, how_flag=flag,
+                                                     overwrite=overwrite, reserved=reserved, move=True)
+        else:
+            assert corpus is not None and queries is not None and qrels is not None
+            target = imported.import_task(name, corpus, queries, qrels, scenario, candidates, overwrite=overwrite,
+                                          reserved=reserved)
+    meta = read_json(target / "task.json", "a task.json")
+    meta = meta if isinstance(meta, dict) else {}
+    counts = meta.get("counts", {})
     out.print(f"imported {name!r} into {target}: " + ", ".join(f"{k} {v:,}" for k, v in counts.items()),
               soft_wrap=True, highlight=False)
+    splits = meta.get("splits")
+    if isinstance(splits, dict) and not splits.get("train"):
+        out.print(f"splits: test {splits.get('test', 0):,} only: evaluated zero-shot (rankers that train are "
+                  f"refused; --variant from-TASK fits them on another task)", highlight=False)
+    elif isinstance(splits, dict):
+        out.print("splits: " + ", ".join(f"{k} {splits.get(k, 0):,}" for k in ("train", "valid", "test")),
+                  highlight=False)
+    else:
+        out.print("split: 8:1:1 seeded by query (no split field); --set task.split=test evaluates every query",
+                  highlight=False)
     out.print(f"next: rbench data prepare {name}   or   rbench run --task {name} --ranker bm25", highlight=False)
 
 

@@ -38,6 +38,7 @@ def run_cmd(
     force: bool = typer.Option(False, "--force", help="Run an exhaustive rerank (--rerank-depth all) above the "
                                "pair budget."),
     topk: int = typer.Option(DEFAULTS.topk, "--topk", help=help_of("topk")),
+    measures: Optional[list[str]] = typer.Option(None, "--measure", "-m", help=help_of("measures")),
     as_json: bool = typer.Option(False, "--json", help="Print the RunRecord(s) as JSON."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
@@ -57,7 +58,7 @@ def run_cmd(
     plans = [plan_run(r, t, variant=variant, options=options, seed=seed, max_queries=max_queries,
                       results_dir=None if no_write else results_dir, batch_size=batch_size, chunk_size=chunk_size,
                       ann=ann, ray_shards=ray_shards, scan=scan, scan_precision=scan_precision, topk=topk, rerank_from=rerank_from, rerank_depth=rerank_depth,
-                      force=force, overwrite=overwrite)
+                      force=force, overwrite=overwrite, measures=measures or ())
              for r in rankers for t in tasks for variant in variants]
     main_process = World.from_env().main
     done = []

@@ -26,6 +26,9 @@ def table_cmd(
                                          ".<fmt> is added. The path written is printed."),
     paper: bool = typer.Option(False, "--paper", help="Append the paper's own numbers as a separate, labelled "
                                "reference table (md only)."),
+    measures: Optional[list[str]] = typer.Option(None, "--measure", "-m", help="Also show this measure's column "
+                                                 "(ir_measures' syntax, e.g. R@100, AP@100; repeat for several); "
+                                                 "a run whose RunRecord lacks it shows n/r, with a note."),
 ) -> None:
     """Build a leaderboard (ranker rows x task columns) from RunRecords.
 
@@ -49,7 +52,7 @@ def table_cmd(
     from rbench.public import table
     from rbench.results.outputs import output_file
 
-    lb = table(scenario, results_dir, variant)
+    lb = table(scenario, results_dir, variant, measures or ())
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
     target = output_file(output, f"{scenario}{suffix}.{fmt}", f".{fmt}")
     text = render[fmt](lb).encode()
@@ -58,6 +61,8 @@ def table_cmd(
                          + ("" if lb.variant == "original" else f", variant {lb.variant!r},") + f" under {results_dir}")
     out.print(leaderboard.rich_table(lb))
     out.print(leaderboard.FOOTER, soft_wrap=True)
+    if leaderboard.unrecorded_note(lb):
+        out.print(leaderboard.unrecorded_note(lb), soft_wrap=True)
     budgets = leaderboard.rich_budget_table(lb)
     if budgets is not None:
         out.print(budgets)

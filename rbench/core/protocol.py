@@ -36,7 +36,8 @@ PROTOCOL_CODE: tuple[str, ...] = (
     "rbench.tasks.families", "rbench.tasks.families.recsys", "rbench.tasks.pools",
     "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
     "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.torch_scan", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
-    "rbench.engine.sharded", "rbench.engine.metrics", "rbench.engine.runfile", "rbench.engine.rerank",
+    "rbench.engine.sharded", "rbench.engine.metrics", "rbench.core.measures", "rbench.engine.runfile",
+    "rbench.engine.rerank",
 )
 
 DIGEST_PYTHON = "3.11"
@@ -74,7 +75,17 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # the torch scan checks query vectors with the engine's own check (scorers): same values
         "19f4a20708745f5dc8127c33ce5989188246a20cd3b090521a175ea43c3121c2",
         # a malformed RBENCH_FUSED_MIN_SCORES is refused in one line (it was ignored): no number moves
-        "b5b3bbb7543fd34ec087fe0a2d86d552a69904b5557ba7bb094765afbb4e0482"),
+        "b5b3bbb7543fd34ec087fe0a2d86d552a69904b5557ba7bb094765afbb4e0482",
+        # measures by name (issue 33): rbench.core.measures parses ir_measures' syntax and joins the
+        # protocol's code, metrics.per_query computes P, AP, Success and rel thresholds; the default
+        # measures' arithmetic is unchanged (bm25 on ml-100k re-run gave the committed metrics,
+        # per-query file and run file byte for byte): no number moves
+        "192d35224d7782e1dadaec14d205792c307d54c5b958c164cad3ae78c46be2e9",
+        # issue 33 merged: measures by name, BEIR/ir_datasets/HF imports, task.split=test for
+        # imported tasks and TaskFamily.test_only: bm25 and dense on ml-100k, pop on rec-music and
+        # bm25 on msmarco re-run (benchmarks/rerun_records.py) gave the committed metrics,
+        # per-query files, run files, task fingerprints and config hashes byte for byte
+        "cabe9b6439e458891d022b688347bed81faffc62976e9708a927e130944401ef"),
 }
 
 

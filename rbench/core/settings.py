@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from rbench.core.errors import RBenchError, unknown
+from rbench.core.measures import parse_measures
 
 OVERWRITE = ("only-missing", "always", "never")
 SCANS = ("cpu", "cuda", "torch")  # where an embedding ranker's scores are scanned (rbench.engine.torch_scan)
@@ -52,8 +53,13 @@ class RunSettings:
     scan_precision: str = _setting("fp32", "fp32 | tf32 | bf16: the torch scan's GEMM precision; tf32 and bf16 "
                                            "compute other scores, so ties and ranks can move (--scan cuda/torch).")
     overwrite: str = _setting("only-missing", "only-missing: skip a run whose RunRecord exists with the same ranker "
-                                              "(version, code, config), data and evaluation protocol; always: run and "
-                                              "replace it; never: skip whenever it exists.")
+                                              "(version, code, config), data and evaluation protocol (and every "
+                                              "--measure asked for); always: run and replace it; never: skip "
+                                              "whenever it exists.")
+    measures: tuple[str, ...] = _setting((), "Also compute this measure, in ir_measures' syntax (nDCG@10, RR(rel=2)@10, "
+                                             "R@1000, P@5, AP, AP@100, Success@1; repeat for several): stored in the "
+                                             "RunRecord's metrics beside the defaults; never changes the ranking or "
+                                             "the record's identity (docs/reference/measures.md).")
 
     def __post_init__(self) -> None:
         """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
@@ -70,6 +76,8 @@ class RunSettings:
                                   + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
             if flag == "--seed" and value >= SEED_LIMIT:  # numpy/torch seeds keep 32 bits: 2**32 apart = one split
                 raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
+        # one parser (rbench.core.measures): kept in ir_measures' canonical spelling, duplicates dropped
+        object.__setattr__(self, "measures", tuple(str(m) for m in parse_measures(self.measures or ())))
         if self.overwrite not in OVERWRITE:
             raise unknown("--overwrite strategy", self.overwrite, OVERWRITE)
         if self.scan not in SCANS:

@@ -66,11 +66,30 @@ class BaseRanker:
     def config(self) -> dict[str, Any]:
         return config_dict(self.cfg)
 
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        """Whether ``fit`` with these typed options learns from the train split, so that a task
+        with a test split only (a zero-shot collection: ``TaskFamily.test_only``) leaves it nothing
+        to learn from: the runner refuses it there before loading, naming ``--variant from-TASK``
+        (fit on another task). Default: True when the class overrides ``fit``, so a plugin that
+        says nothing is refused rather than fitted on nothing; a ranker whose fit learns nothing
+        (bm25, dense, random) or only a floor's statistics (pop) returns False."""
+        return getattr(cls, "fit", None) is not BaseRanker.fit
+
     def fit(self, task: Any) -> None:  # zero-shot rankers learn nothing
         return None
 
     def index(self, pool: Any) -> None:
         return None
+
+
+def needs_training(cls: type, config: Any) -> bool:
+    """``BaseRanker.needs_training`` of any ranker class: a class without it that has a ``fit``
+    is taken to train (refused on a test-only task rather than fitted on nothing)."""
+    declared = getattr(cls, "needs_training", None)
+    if callable(declared):
+        return bool(declared(config))
+    return callable(getattr(cls, "fit", None))
 
 
 def _entry_points() -> dict[str, Any]:

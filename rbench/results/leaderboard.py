@@ -1,4 +1,5 @@
-"""Leaderboards built only from RunRecords: ranker rows x task columns, nDCG@10 and MRR in %.
+"""Leaderboards built only from RunRecords: ranker rows x task columns, nDCG@10 and MRR in %
+(and any measure the records hold, by name: ``rbench table --measure``; ``n/r`` where one lacks it).
 
 Like the paper's tables, the best value of each column is bold and the second underlined. Each
 task column states its number of test queries so readers can judge noise.
@@ -57,14 +58,28 @@ class Leaderboard:
     deltas: dict[Cell, float] = field(default_factory=dict)  # variant vs original, relative MRR
     labels: dict[RowKey | ColumnKey, str] = field(default_factory=dict)  # rendered names
     foreign: dict[ColumnKey, str] = field(default_factory=dict)  # columns not on the task's own data
+    measures: tuple[str, ...] = ()  # more measures shown beside SHOWN (``rbench table --measure``), canonical names
 
     def label(self, key: RowKey | ColumnKey) -> str:
         """The rendered name of a row or a column."""
         return self.labels.get(key) or (key.label if isinstance(key, ColumnKey) else key.ranker)
 
+    def shown(self) -> tuple[tuple[str, str], ...]:
+        """(metric, label) of each measure shown: the paper's two, then each ``measures`` entry."""
+        return SHOWN + tuple((m, m) for m in self.measures if m not in dict(SHOWN))
+
     def columns(self) -> list[tuple[ColumnKey, str, str]]:
-        shown = SHOWN + ((DELTA, "Δ MRR"),) if self.variant != "original" else SHOWN
+        shown = self.shown() + ((DELTA, "Δ MRR"),) if self.variant != "original" else self.shown()
         return [(t, m, label) for t in self.tasks for m, label in shown]
+
+    def unrecorded(self) -> dict[str, list[Cell]]:
+        """measure -> the cells whose record lacks it (a ``--measure`` its run was not asked for)."""
+        out: dict[str, list[Cell]] = {}
+        for m, _ in self.shown():
+            for cell, metrics in self.cells.items():
+                if m not in metrics:
+                    out.setdefault(m, []).append(cell)
+        return out
 
     def metric_columns(self) -> list[tuple[ColumnKey, str, str]]:
         return [c for c in self.columns() if c[1] != DELTA]
@@ -127,8 +142,11 @@ class Leaderboard:
         return out
 
     def significance(self) -> dict[tuple[RowKey, ColumnKey, str], float]:
-        """(row, column, metric) -> p-value of the difference to the column's best row
-        (paired randomization test over the queries both runs share)."""
+        """(row, column, metric) -> Holm-adjusted p-value of the difference to the column's best
+        row (paired randomization test over the queries both runs share). Holm runs over the rows
+        tested against that best in that column (and metric): testing every row at alpha alone
+        would mark some row by chance in a long column."""
+        from rbench.results.paired import holm
         from rbench.results.record import read_per_query
         from rbench.results.significance import paired_randomization
 
@@ -149,6 +167,7 @@ class Leaderboard:
             ref = pq((best, task))
             if ref is None or metric not in ref.columns:
                 continue
+            raw: dict[tuple[RowKey, ColumnKey, str], float] = {}
             for r in rows:
                 other = pq((r, task))
                 if r == best or other is None or metric not in other.columns:
@@ -156,8 +175,9 @@ class Leaderboard:
                 both = ref.merge(other, on="query_id", suffixes=("_a", "_b"))
                 if len(both) < 2:
                     continue
-                out[(r, task, metric)] = paired_randomization(both[f"{metric}_a"].to_numpy(),
+                raw[(r, task, metric)] = paired_randomization(both[f"{metric}_a"].to_numpy(),
                                                               both[f"{metric}_b"].to_numpy(), n_resamples=2000)
+            out.update(zip(raw, map(float, holm(list(raw.values())))))
         return out
 
     def budgets(self) -> list[tuple[RowKey, ColumnKey, dict]]:
@@ -227,11 +247,15 @@ def _row_labels(newest: dict[RowKey, RunRecord]) -> dict[RowKey | ColumnKey, str
     return labels
 
 
-def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leaderboard:
+def build(results_dir: Path, scenario: str, variant: str | None = None, measures: tuple[str, ...] = ()) -> Leaderboard:
     """Collect the records of one scenario (and variant: None/'original' = original pools; a kind
     such as 'scaled' shows every scaled:N; one variant is named by its label, however spelled).
     A results directory that does not exist and a variant that is neither known nor recorded are
-    errors (never an empty table)."""
+    errors (never an empty table). ``measures``: more measures to show (ir_measures' syntax; a
+    record without one shows ``n/r`` in that cell, with a note under the table)."""
+    from rbench.core.measures import parse_measures
+
+    shown_extra = tuple(str(m) for m in parse_measures(measures))  # the one parser: a bad name fails first
     loaded = load_records(require_results_dir(results_dir), scenario)
     want = _wanted_variant(variant or "original", loaded)
     cells: dict[Cell, dict[str, float]] = {}
@@ -273,7 +297,7 @@ def build(results_dir: Path, scenario: str, variant: str | None = None) -> Leade
         if base is not None and finite(base.metrics["RR"]) and base.metrics["RR"] and finite(metrics["RR"]):
             deltas[(row, col)] = (metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]
     return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels,
-                       foreign=foreign)
+                       foreign=foreign, measures=shown_extra)
 
 
 def _foreign_data(records: dict[Cell, RunRecord]) -> dict[ColumnKey, str]:
@@ -344,6 +368,8 @@ def _cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks, below, sig, s
         return f"{100 * lb.deltas[(r, t)]:+.1f}%" if (r, t) in lb.deltas else "–"
     if (r, t) not in lb.cells:
         return "–"
+    if m not in lb.cells[(r, t)]:
+        return NOT_RECORDED
     if not finite(lb.cells[(r, t)][m]):
         return "n/a"
     s = _fmt(lb.cells[(r, t)][m])
@@ -371,8 +397,25 @@ def _rich_cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks: dict[tup
 
 FOOTER = ("MRR is the full reciprocal rank (no cutoff); nDCG@10 uses linear gain; ties are broken "
           "pessimistically. `*`: significantly different from the column's best (two-sided paired "
-          "randomization test over per-query values, 2,000 sign flips, p < 0.05). `▽`: does not beat the "
+          "randomization test over per-query values, 2,000 sign flips, p < 0.05 after Holm's correction over the rows "
+          "tested against that best). `▽`: does not beat the "
           "popularity floor (`pop`) on MRR.")
+
+
+NOT_RECORDED = "n/r"  # a cell whose record lacks a measure the table was asked to show
+
+
+def unrecorded_note(lb: Leaderboard) -> str:
+    """The line under a table where some records lack a shown measure ('' when none does): which
+    measure, how many cells, and the command that records it."""
+    missing = lb.unrecorded()
+    if not missing:
+        return ""
+    what = "; ".join(f"{m} in {len(cells)} of {len(lb.cells)} runs" for m, cells in missing.items())
+    first = next(iter(missing))
+    return (f"`{NOT_RECORDED}`: not recorded ({what}): those runs were not asked for it; "
+            f"`rbench run ... --measure '{first}'` re-runs them with it (`--overwrite only-missing` runs a "
+            "record again when it lacks a requested measure).")
 
 
 BUDGET_NOTE = ("as recorded in their RunRecords (untrained rankers have none). Compare trained rankers only "
@@ -424,7 +467,7 @@ def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = 
     lines.append(md_row(["*test queries*", *(_nq(lb, t) for t, _, _ in lb.columns())]))
     for r in lb.rows:
         lines.append(md_row([lb.label(r)] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]))
-    lines += ["", FOOTER]
+    lines += ["", FOOTER] + (["", note] if (note := unrecorded_note(lb)) else [])
     old = sorted({lb.records[c].protocol for c in lb.other_protocol()})
     if old:
         lines += ["", f"`†`: computed under evaluation protocol {', '.join(map(str, old))} (this rbench: "
@@ -441,7 +484,8 @@ def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = 
 def to_csv(lb: Leaderboard) -> str:
     buf = io.StringIO()
     w = csv.writer(buf)
-    w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR", "delta_MRR_percent",
+    extra = [m for m, _ in lb.shown()[len(SHOWN):]]  # rbench table --measure: after MRR ('' where not recorded)
+    w.writerow(["ranker", "task", "n_queries", "nDCG@10", "MRR", *extra, "delta_MRR_percent",
                 *(k for k, _, _ in BUDGET_FIELDS), "protocol"])
     for r in lb.rows:
         for t in lb.tasks:
@@ -450,7 +494,8 @@ def to_csv(lb: Leaderboard) -> str:
                 delta = f"{100 * lb.deltas[(r, t)]:.2f}" if (r, t) in lb.deltas else ""
                 rec = lb.records.get((r, t))
                 budget = budget_raw(training_budget(rec) if rec is not None else None)
-                w.writerow([lb.label(r), lb.label(t), _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]), delta, *budget,
+                w.writerow([lb.label(r), lb.label(t), _nq(lb, t), _fmt(c["nDCG@10"]), _fmt(c["RR"]),
+                            *(_fmt(c[m]) if m in c else "" for m in extra), delta, *budget,
                             rec.protocol if rec is not None else ""])
     return buf.getvalue()
 
@@ -458,8 +503,8 @@ def to_csv(lb: Leaderboard) -> str:
 def to_json(lb: Leaderboard) -> str:
     budgets = {(r, t): b for r, t, b in lb.budgets()}
     rows = [{"ranker": lb.label(r), "task": lb.label(t), "n_queries": sorted(lb.n_queries.get(t, ())),
-             **{label: round(100 * lb.cells[(r, t)][m], 4) if finite(lb.cells[(r, t)][m]) else None
-                for m, label in SHOWN},
+             **{label: round(100 * lb.cells[(r, t)][m], 4) if finite(lb.cells[(r, t)].get(m)) else None
+                for m, label in lb.shown()},
              **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {}),
              **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {}),
              **({"protocol": lb.records[(r, t)].protocol} if (r, t) in lb.records else {})}

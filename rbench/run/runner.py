@@ -17,6 +17,7 @@ ranker's data-parallel training), then process 0 alone scores and writes the Run
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import time
@@ -40,7 +41,14 @@ from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
 from rbench.engine.evaluate import EvalResult, evaluate, require_one_call
 from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
-from rbench.engine.plugins import NoOptions, build_ranker, default_config, ranker_config, resolve_ranker
+from rbench.engine.plugins import (
+    NoOptions,
+    build_ranker,
+    default_config,
+    needs_training,
+    ranker_config,
+    resolve_ranker,
+)
 from rbench.engine.rerank import RerankPlan
 from rbench.engine.runfile import run_file_bytes, run_width
 from rbench.engine.scorers import encode_pool, encode_queries, is_embedding_ranker, vector_scorer
@@ -250,14 +258,19 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     config = None if ref.instance is not None else ranker_config(cls, ranker_sets, ref.name)
     variant = parse_variant(opts.variant)
     source = None
+    task_options = task.options(task_sets)
+    stages: list[tuple[str, type, Any]] = [(ref.name, cls, config if ref.instance is None
+                                            else getattr(ref.instance, "cfg", None))]
+    if rerank is not None and rerank.ranker_cls is not None:  # stage 1 is fitted too (on the source, in a transfer)
+        stages.append((rerank.stage_name, rerank.ranker_cls, rerank.ranker_config))
     if variant.kind == "transfer":
         source = transfer_source(variant, task)
-        stages: list[tuple[str, type]] = [(ref.name, cls)]
-        if rerank is not None and rerank.ranker_cls is not None:  # stage 1 is fitted on the source too
-            stages.append((rerank.stage_name, rerank.ranker_cls))
-        for name, stage_cls in stages:
+        for name, stage_cls, _ in stages:
             _require_transfers(name, stage_cls, variant, spec)
-    return RunPlan(task=task, task_options=task.options(task_sets), ranker=ref.name, ranker_cls=cls,
+    elif task.family.test_only(spec, task_options):
+        for name, stage_cls, stage_config in stages:
+            _require_no_training(name, stage_cls, stage_config, task)
+    return RunPlan(task=task, task_options=task_options, ranker=ref.name, ranker_cls=cls,
                    ranker_config=config, variant=variant, world=world, rerank=rerank,
                    ranker_source=ref.source, ranker_obj=ref.instance, source=source,
                    **{**settings, "results_dir": Path(opts.results_dir)})
@@ -306,6 +319,33 @@ def _require_transfers(name: str, cls: type, variant: Variant, spec: TaskSpec) -
         raise RBenchError(f"ranker {name!r} cannot be fitted on {variant.source!r} and scored on {spec.name!r} "
                           f"(--variant {variant.label}): what its fit learns is keyed on the training pool's own "
                           "items (ids, counts or labels), which the other pool does not have (transfers = False)")
+
+
+def _require_no_training(name: str, cls: type, config: Any, task: Task) -> None:
+    """A task with a test split only (``TaskFamily.test_only``: a zero-shot collection, or
+    ``task.split=test``) gives ``fit`` no training data: a ranker that needs it
+    (``needs_training``) is refused before any data is loaded, naming the transfer that fits it
+    on another task of the same domain, where one has a train split."""
+    if not needs_training(cls, config):
+        return
+    spec = task.spec
+    from rbench.tasks.registry import list_tasks
+
+    sources: list[str] = []
+    for other in list_tasks():
+        if other.domain == spec.domain and other.name != spec.name and len(sources) < 3:
+            with contextlib.suppress(RBenchError):
+                if not resolve(other.name).family.test_only(other, None):
+                    sources.append(other.name)
+    if sources:
+        how = f"e.g. {', '.join(f'--variant from-{s}' for s in sources)}"
+    else:
+        how = "none here has a train split" + (": import one with qrels/train.tsv" if spec.domain == "generic" else "")
+    how = f"--variant from-TASK fits it on another {spec.domain} task first ({how})"
+    if not task.family.test_only(spec, task.options(None)):  # test-only by task.split=test
+        how += ", or run without --set task.split=test"
+    raise RBenchError(f"ranker {name!r} learns from a train split and task {spec.name!r} has none (a test split "
+                      f"only: evaluated zero-shot): {how}; rankers that do not train (bm25, dense, random) run on it")
 
 
 def _launch_device(cls: type, ranker_sets: dict[str, str], world: World) -> dict[str, str]:
@@ -414,7 +454,7 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     else:
         result, ann_info = score(wide, ranker, data, progress)
     rss["score"] = peak_rss_bytes()
-    values = per_query(result.ranks, data.test.grades, RECORD_MEASURES)
+    values = per_query(result.ranks, data.test.grades, record_measures(plan.measures))
     metrics = {**aggregate(values), **aggregate(dropped)}
 
     ranker_cfg = ranker.config
@@ -472,6 +512,13 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
     return RunOutcome(record=record, path=path, per_query=values, result=result)
 
 
+def record_measures(extra: tuple[str, ...]) -> tuple[str, ...]:
+    """What a RunRecord's metrics hold: the paper's defaults (``RECORD_MEASURES``, always, first,
+    so a default record's bytes do not depend on what else was asked for) and then each requested
+    measure (canonical names, ``RunSettings.measures``) that is not one of them."""
+    return RECORD_MEASURES + tuple(m for m in extra if m not in RECORD_MEASURES)
+
+
 def _require_record_slot(plan: RunPlan, diff: dict[str, Any]) -> None:
     """Refuse, before the work, a RunRecord path that cannot be a file: a folder (or anything
     but a regular file) standing where the record goes would fail only at the final rename,
@@ -518,8 +565,10 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
     (``never``: whenever it exists; ``only-missing``: when the ranker's version, source digest
     and effective config, the task fingerprint (and a transfer's source fingerprint) and the
-    evaluation protocol (``rbench.core.protocol``) are this run's: a record written before the digest
-    or the protocol was recorded is run again); None: run."""
+    evaluation protocol (``rbench.core.protocol``) are this run's and it holds every requested
+    ``--measure``: a record written before the digest or the protocol was recorded, or one lacking
+    a requested measure, is run again, which rewrites it with the defaults and the measures asked
+    for); None: run."""
 
     path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
                        config_hash(diff) if diff else "")
@@ -537,7 +586,9 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
             and canonical_json(rec.run_options.get("non_default") or {}) == canonical_json(diff)
             # what this run would add and the record lacks (a run file, an ANN measurement): run
             and (bool(rec.run_file) or plan.topk == 0)
-            and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann))
+            and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann)
+            # a --measure the record lacks: run again (the per-query ranks behind it are not kept)
+            and all(m in rec.metrics for m in plan.measures))
 
     return RunOutcome(record=rec, path=path, per_query={},
                       skipped=f"same ranker, config, data and evaluation protocol {PROTOCOL_VERSION} "

@@ -35,6 +35,12 @@ class TaskFamily:
         """The dataclass of ``--set task.key=value`` options, or None when the task has none."""
         return None
 
+    def test_only(self, spec: TaskSpec, options: Any) -> bool:
+        """Whether the task with these options has a test split only (every query evaluated, no
+        train split: a zero-shot collection), known before loading: the runner then refuses a
+        ranker that needs training data (``rbench.engine.plugins.needs_training``)."""
+        return False
+
     def inputs(self, spec: TaskSpec) -> list[Path]:
         """Where the task's raw inputs live: the prepared cache keys on their contents."""
         return [paths.raw_dir(spec.name)]

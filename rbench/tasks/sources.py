@@ -726,3 +726,217 @@ def read_provenance(folder: Path) -> DataSource:
         names = []
     shown = ", ".join(names[:4]) + (f" (+{len(names) - 4})" if len(names) > 4 else "")
     return DataSource(f"local files {shown}" if shown else "local files", own=False, how="placed in the raw folder")
+
+
+# --------------------------------------------------------------------------------------------
+# collections from ir_datasets and Hugging Face datasets (rbench data import --ir-datasets / --hf)
+# --------------------------------------------------------------------------------------------
+# Each writes a BEIR folder (corpus.jsonl, queries.jsonl, qrels/{train,dev,test}.tsv) that
+# ``rbench.tasks.families.imported.import_beir_folder`` then validates and imports like any
+# other; the packages keep their own downloads and caches. Both are optional extras, imported
+# only here, inside the functions that need them.
+
+_HF_SPLITS = {"train": "train", "dev": "dev", "validation": "dev", "valid": "dev", "test": "test"}
+
+
+def _external_error(flag: str, ident: str, exc: BaseException) -> RBenchError:
+    """A failure inside ir_datasets / datasets (no network, an unknown id) as one line."""
+    text = " ".join(str(exc).split()) or type(exc).__name__
+    cause = exc.__cause__ or exc.__context__
+    if cause is not None and str(cause).strip():  # datasets wraps the reason (a schema clash) in its own error
+        text += f" ({type(cause).__name__}: {' '.join(str(cause).split())[:200]})"
+    return RBenchError(f"{flag} {ident}: {type(exc).__name__}: {text[:500]}")
+
+
+def _jsonl_writer(path: Path) -> Any:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return open(path, "w", encoding="utf-8", newline="\n")
+
+
+def _json_line(obj: dict[str, Any]) -> str:
+    return json.dumps(obj, ensure_ascii=False) + "\n"
+
+
+def _tsv_id(value: Any, where: str, row: int, field: str) -> str:
+    """An id as a qrels TSV field: a tab or line break would split the line."""
+    if isinstance(value, bool) or not isinstance(value, (str, int)) or str(value) == "":
+        raise DataError(f"expected a non-empty string id, got {value!r}", where, row, field)
+    text = str(value)
+    if any(c in text for c in "\t\r\n"):
+        raise DataError(f"id {text!r} holds a tab or line break", where, row, field)
+    return text
+
+
+def ir_datasets_folder(ident: str, folder: Path) -> str:
+    """Write the ``ir_datasets`` collection ``ident`` as a BEIR folder in ``folder``; returns the
+    import option that fetches it again. An id with qrels is one split, the test split (a zero-shot
+    collection: ``beir/scifact/test``, ``msmarco-passage/trec-dl-2019/judged``); an id without
+    (``beir/scifact``) takes its ``/train``, ``/dev`` and ``/test`` subsets as the three splits."""
+    flag = "--ir-datasets"
+    try:
+        import ir_datasets
+    except ImportError:
+        raise RBenchError(f"{flag} needs the ir_datasets package: pip install 'rbench[ir-datasets]'") from None
+    try:
+        ds = ir_datasets.load(ident)
+    except KeyError:
+        raise RBenchError(f"{flag} {ident}: not an ir_datasets id (see https://ir-datasets.com)") from None
+    try:
+        if not ds.has_docs():
+            raise RBenchError(f"{flag} {ident}: the dataset has no documents")
+        splits: dict[str, Any] = {}
+        if ds.has_qrels():
+            splits["test"] = ds
+        else:
+            for split in ("train", "dev", "test"):
+                try:
+                    sub = ir_datasets.load(f"{ident}/{split}")
+                except KeyError:
+                    continue
+                if sub.has_qrels() and sub.has_queries():
+                    splits[split] = sub
+        if "test" not in splits:
+            raise RBenchError(f"{flag} {ident}: no qrels here nor in a {ident}/test subset; name the judged "
+                              "subset (e.g. beir/scifact/test, msmarco-passage/trec-dl-2019/judged)")
+        if not all(s.has_queries() for s in splits.values()):
+            raise RBenchError(f"{flag} {ident}: the dataset has qrels but no queries")
+        with _jsonl_writer(folder / "corpus.jsonl") as fh:
+            for doc in ds.docs_iter():
+                fields = getattr(doc, "_fields", ())
+                text = doc.text if "text" in fields else doc.default_text()
+                title = doc.title if "title" in fields else ""
+                fh.write(_json_line({"_id": doc.doc_id, "title": title or "", "text": text}))
+        seen: dict[str, str] = {}
+        with _jsonl_writer(folder / "queries.jsonl") as fh:
+            for sub in splits.values():
+                for q in sub.queries_iter():
+                    text = q.text if "text" in getattr(q, "_fields", ()) else q.default_text()
+                    if q.query_id in seen:
+                        if seen[q.query_id] != text:
+                            raise RBenchError(f"{flag} {ident}: query {q.query_id!r} has two texts in two subsets")
+                        continue
+                    seen[q.query_id] = text
+                    fh.write(_json_line({"_id": q.query_id, "text": text}))
+        for split, sub in splits.items():
+            where = f"{ident} qrels" if sub is ds else f"{ident}/{split} qrels"
+            with _jsonl_writer(folder / "qrels" / f"{split}.tsv") as fh:
+                fh.write("query-id\tcorpus-id\tscore\n")
+                for row, qrel in enumerate(sub.qrels_iter(), 1):
+                    qid = _tsv_id(qrel.query_id, where, row, "query_id")
+                    did = _tsv_id(qrel.doc_id, where, row, "doc_id")
+                    fh.write(f"{qid}\t{did}\t{qrel.relevance}\n")
+    except RBenchError:
+        raise
+    except Exception as exc:  # the package's own failures (a download without network, a bad file)
+        raise _external_error(flag, ident, exc) from exc
+    return f"{flag} {ident}"
+
+
+def hf_spec(text: str) -> tuple[str, str | None]:
+    """``REPO[:CONFIG]`` (a hub repository or a local dataset folder) -> (repo, config)."""
+    repo, sep, config = text.rpartition(":")
+    if sep and repo and config and not any(c in config for c in "/\\") and len(repo) > 1:
+        return repo, config
+    return text, None
+
+
+def _hf_rows(dataset: Any, where: str, fields: dict[str, tuple[str, ...]]) -> Iterable[tuple[int, dict[str, Any]]]:
+    """(row number, {name: value}) of a ``datasets.Dataset``, each wanted field taken from the
+    first of its accepted column names; a missing column is one line naming the config."""
+    columns = set(dataset.column_names)
+    chosen = {}
+    for name, accepted in fields.items():
+        found = [c for c in accepted if c in columns]
+        if not found and name != "title":
+            raise DataError(f"no {' or '.join(repr(c) for c in accepted)} column (columns: "
+                            f"{', '.join(sorted(columns))})", where)
+        chosen[name] = found[0] if found else None
+    row = 0
+    for batch in dataset.iter(batch_size=10_000):
+        for i in range(len(next(iter(batch.values())))):
+            row += 1
+            yield row, {name: (batch[col][i] if col else None) for name, col in chosen.items()}
+
+
+def _hf_text(value: Any, where: str, row: int, field: str, required: bool = True) -> str:
+    if value is None and not required:
+        return ""
+    if not isinstance(value, str):
+        raise DataError(f"expected a string, got {type(value).__name__}", where, row, field)
+    return value
+
+
+def hf_folder(spec: str, folder: Path) -> str:
+    """Write the MTEB-style retrieval dataset ``REPO[:CONFIG]`` (Hugging Face ``datasets``: a hub
+    repository or a local folder) as a BEIR folder in ``folder``; returns the import option that
+    fetches it again. Its ``corpus`` and ``queries`` configs hold ``_id``/``title``/``text`` and
+    ``_id``/``text``; its qrels config (CONFIG, else ``qrels`` where there is one, else ``default``)
+    has ``query-id``, ``corpus-id``, ``score`` in splits named train, dev (or validation) and test.
+    With CONFIG, ``CONFIG-corpus`` and ``CONFIG-queries`` are used where they exist (multilingual
+    layouts)."""
+    flag = "--hf"
+    repo, config = hf_spec(spec)
+    try:
+        import datasets
+    except ImportError:
+        raise RBenchError(f"{flag} needs the datasets package: pip install 'rbench[hf]'") from None
+    datasets.disable_progress_bars()
+    datasets.logging.set_verbosity_error()
+    try:
+        configs = list(datasets.get_dataset_config_names(repo))
+        qrels_cfg = config or ("qrels" if "qrels" in configs else "default")
+        corpus_cfg = f"{config}-corpus" if config and f"{config}-corpus" in configs else "corpus"
+        queries_cfg = f"{config}-queries" if config and f"{config}-queries" in configs else "queries"
+        missing = [c for c in (corpus_cfg, queries_cfg, qrels_cfg) if c not in configs]
+        if missing:
+            raise RBenchError(f"{flag} {spec}: no {', '.join(missing)} config (it has: {', '.join(configs) or 'none'}); "
+                              "an MTEB-style retrieval dataset has corpus, queries and qrels (or default) configs")
+
+        def one_split(cfg: str) -> tuple[Any, str]:
+            parts = datasets.load_dataset(repo, cfg)
+            names = list(parts)
+            if len(names) != 1:
+                raise RBenchError(f"{flag} {spec}: the {cfg} config has splits {', '.join(names)}; expected one")
+            return parts[names[0]], f"{repo} ({cfg} config, {names[0]} split)"
+
+        qrels = datasets.load_dataset(repo, qrels_cfg)
+        unknown = [s for s in qrels if s not in _HF_SPLITS]
+        if unknown:
+            raise RBenchError(f"{flag} {spec}: the {qrels_cfg} config has split {unknown[0]!r}; expected train, "
+                              "dev (or validation) and test")
+        if "test" not in qrels:
+            raise RBenchError(f"{flag} {spec}: the {qrels_cfg} config has no test split (it has: "
+                              f"{', '.join(qrels)})")
+        corpus, where = one_split(corpus_cfg)
+        with _jsonl_writer(folder / "corpus.jsonl") as fh:
+            for row, r in _hf_rows(corpus, where, {"_id": ("_id", "id", "doc_id"), "title": ("title",),
+                                                   "text": ("text",)}):
+                fh.write(_json_line({"_id": _tsv_id(r["_id"], where, row, "_id"),
+                                     "title": _hf_text(r["title"], where, row, "title", required=False),
+                                     "text": _hf_text(r["text"], where, row, "text")}))
+        queries, where = one_split(queries_cfg)
+        with _jsonl_writer(folder / "queries.jsonl") as fh:
+            for row, r in _hf_rows(queries, where, {"_id": ("_id", "id", "query_id"), "text": ("text",)}):
+                fh.write(_json_line({"_id": _tsv_id(r["_id"], where, row, "_id"),
+                                     "text": _hf_text(r["text"], where, row, "text")}))
+        for split in qrels:
+            target = folder / "qrels" / f"{_HF_SPLITS[split]}.tsv"
+            if target.exists():
+                raise RBenchError(f"{flag} {spec}: the {qrels_cfg} config has both dev and validation splits")
+            where = f"{repo} ({qrels_cfg} config, {split} split)"
+            with _jsonl_writer(target) as fh:
+                fh.write("query-id\tcorpus-id\tscore\n")
+                for row, r in _hf_rows(qrels[split], where, {"q": ("query-id", "query_id", "qid"),
+                                                             "d": ("corpus-id", "corpus_id", "doc_id"),
+                                                             "s": ("score", "relevance", "label")}):
+                    score = r["s"]
+                    if isinstance(score, bool) or not isinstance(score, (int, float)):
+                        raise DataError(f"expected a number, got {score!r}", where, row, "score")
+                    shown = int(score) if float(score).is_integer() else score
+                    fh.write(f"{_tsv_id(r['q'], where, row, 'query-id')}\t{_tsv_id(r['d'], where, row, 'corpus-id')}"
+                             f"\t{shown}\n")
+    except RBenchError:
+        raise
+    except Exception as exc:  # the package's own failures (no network, an unknown repository)
+        raise _external_error(flag, spec, exc) from exc
+    return f"{flag} {spec}"

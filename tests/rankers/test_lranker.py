@@ -491,7 +491,8 @@ def test_full_model_has_lora_on_attention_and_feed_forward(qwen_dir, bert_dir, t
             assert any(n.endswith(f"layers.{layer}.self_attn.{proj}") or n.endswith(f"layers.{layer}.mlp.{proj}")
                        for n in names), proj
     trainable = {n for n, p in r._model.named_parameters() if p.requires_grad}
-    assert trainable == set(_lora_params(r._model)) | {n for n in trainable if n.startswith("projector.")}
+    # LoRA, the projector and the learnable temperature (the default similarity's one scalar)
+    assert trainable == set(_lora_params(r._model)) | {n for n in trainable if n.startswith("projector.")} | {"log_scale"}
     assert any(n.startswith("projector.") for n in trainable)
     bert = load_backbone(cfg_for(bert_dir)).model
     bert_targets = lora_target_names(bert)

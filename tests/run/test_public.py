@@ -28,7 +28,7 @@ def test_readme_python_example_runs_as_written(capsys):
 
 
 def test_public_names_are_listed_once():
-    assert set(rbench.__all__) == {"__version__", "evaluate", "evaluate_many", "list_rankers", "list_tasks",
+    assert set(rbench.__all__) == {"__version__", "compare", "evaluate", "evaluate_many", "list_rankers", "list_tasks",
                                    "load_results", "load_task", "table"}
     assert "ml-100k" in rbench.list_tasks() and "bm25" in rbench.list_rankers()
     data = rbench.load_task("ml-100k", history_len=10)

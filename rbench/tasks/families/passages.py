@@ -702,6 +702,9 @@ class MsMarcoFamily(TaskFamily):
     def options_type(self, spec: TaskSpec) -> type:
         return PassageOptions
 
+    def test_only(self, spec: TaskSpec, options: Any) -> bool:
+        return isinstance(options, PassageOptions) and options.split == "test"
+
     def check(self, spec: TaskSpec) -> tuple[bool, str]:
         return msmarco_status(spec)
 

@@ -1,0 +1,136 @@
+"""The batched K-means (``aggregation.kmeans_slots_many`` / ``Aggregator.many``) against the
+set-by-set reference (``kmeans_slots``): the same slots, bit for bit, so that test-time scaling and
+training give the same results whichever path clusters their sets (fast, numpy only)."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from rbench_rankers.lranker.aggregation import Aggregator, derive_seed, kmeans_slots, kmeans_slots_many
+from rbench_rankers.lranker.scaling import graph_tts
+from rbench_rankers.lranker.train import PartitionSampler
+
+
+def random_sets(n_sets: int, d: int, seed: int) -> list[np.ndarray]:
+    """Sets of many kinds: Gaussian, clustered, a large common offset, duplicated rows, fewer
+    distinct points than K, and sizes below, at and just above K (20) and the batch size (64)."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for t in range(n_sets):
+        n = int(rng.choice([1, 3, 19, 20, 21, 22, 40, 41, 57, 64, 65, 90])) if t % 2 else int(rng.integers(1, 64))
+        kind = t % 6
+        if kind == 0:
+            x = rng.standard_normal((n, d))
+        elif kind == 1:  # duplicated rows
+            base = rng.standard_normal((max(1, n // 3), d))
+            x = base[rng.integers(len(base), size=n)]
+        elif kind == 2:  # fewer distinct points than K
+            base = rng.standard_normal((5, d))
+            x = base[rng.integers(5, size=n)]
+        elif kind == 3:  # tight cloud far from the origin (cancellation in |x|^2 - 2 x.c + |c|^2)
+            x = 10 + rng.standard_normal((1, d)) + 0.05 * rng.standard_normal((n, d))
+        elif kind == 4:  # separated clusters
+            c = 3 * rng.standard_normal((8, d))
+            x = c[rng.integers(8, size=n)] + 0.3 * rng.standard_normal((n, d))
+        else:  # quantised values: exact ties in coordinates
+            x = np.round(rng.standard_normal((n, d)) * 2) / 2
+        out.append(x.astype(np.float32))
+    return out
+
+
+@pytest.mark.parametrize("assign_dims", [0, 4, 128])
+@pytest.mark.parametrize("d", [6, 24])
+def test_batched_kmeans_equals_the_per_set_reference(assign_dims, d):
+    sets = random_sets(90, d, seed=d + assign_dims)
+    seeds = [derive_seed("batched", d, assign_dims, i) for i in range(len(sets))]
+    fast = kmeans_slots_many(sets, 20, assign_dims, seeds, batch_size=64)
+    assert fast.shape == (len(sets), 20, d) and fast.dtype == np.float32
+    for i, (x, s) in enumerate(zip(sets, seeds)):  # n < K, n == K, duplicates, > batch (MiniBatchKMeans)
+        np.testing.assert_array_equal(fast[i], kmeans_slots(x, 20, assign_dims, s, batch_size=64),
+                                      err_msg=f"set {i}: {len(x)} items, kind {i % 6}")
+
+
+def test_batched_kmeans_order_and_sklearn_backend_do_not_matter():
+    sets = random_sets(30, 8, seed=3)
+    seeds = list(range(30))
+    a = kmeans_slots_many(sets, 5, 0, seeds)
+    perm = np.random.default_rng(0).permutation(30)
+    b = kmeans_slots_many([sets[i] for i in perm], 5, 0, [seeds[i] for i in perm])
+    np.testing.assert_array_equal(a[perm], b)
+    sk = kmeans_slots_many(sets[:6], 5, 0, seeds[:6], backend="sklearn")
+    for i in range(6):
+        np.testing.assert_array_equal(sk[i], kmeans_slots(sets[i], 5, 0, seeds[i], backend="sklearn"))
+    with pytest.raises(ValueError, match="empty"):
+        kmeans_slots_many([np.zeros((0, 3), np.float32)], 5, 0, [0])
+
+
+@pytest.mark.parametrize("method", ["kmeans", "pca", "hierarchical", "set-encoder"])
+def test_aggregator_many_equals_calls(method):
+    rng = np.random.default_rng(1)
+    pool = rng.standard_normal((300, 12)).astype(np.float32)
+    agg = Aggregator(method, k=6, assign_dims=8)
+    agg.fit(pool, pca_dim=5, seed=0)
+    subsets = [rng.choice(300, int(n), replace=False) for n in rng.integers(1, 120, size=25)]
+    seeds = [derive_seed("m", i) for i in range(25)]
+    got = agg.many(pool, subsets, seeds)
+    assert agg.stats["calls"] == 25
+    for i, (sub, s) in enumerate(zip(subsets, seeds)):
+        np.testing.assert_array_equal(got[i], agg(pool[sub], s))
+
+
+def test_graph_tts_batched_equals_per_set():
+    """Every round's kept subsets of all queries in one ``many`` call: the same outputs as one
+    aggregator call per subset (the path of an aggregator without ``many``)."""
+    rng = np.random.default_rng(7)
+    vectors = rng.standard_normal((600, 16)).astype(np.float32)
+    sets = [np.sort(rng.choice(600, int(n), replace=False)) for n in (500, 350, 90, 41)]
+    E0 = rng.standard_normal((4, 16)).astype(np.float32)
+    W = rng.standard_normal((16, 16)).astype(np.float32) / 4
+
+    def encode(rows, slots):
+        return np.tanh(slots.mean(1) @ W + E0[rows])
+
+    agg = Aggregator("kmeans", k=10, assign_dims=8, batch_size=128)
+    for width in (1, 2, 3, 5):
+        fast = graph_tts(E0, sets, vectors, width, 3, encode, agg, [11, 12, 13, 14], min_keep=20)
+        slow = graph_tts(E0, sets, vectors, width, 3, encode, lambda v, s: agg(v, s), [11, 12, 13, 14], min_keep=20)
+        np.testing.assert_array_equal(fast.means, slow.means)
+        assert fast.trace == slow.trace
+
+
+def test_partition_sampler_slots_many_equals_slots():
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((400, 10)).astype(np.float32)
+    cands = [np.sort(rng.choice(400, int(n), replace=False)) for n in rng.integers(5, 400, size=12)]
+    sampler = PartitionSampler(Aggregator("kmeans", 8, 4), vectors, 10, seed=3, candidates=cands)
+    qs, rs = list(range(12)), [int(r) for r in rng.integers(10, size=12)]
+    np.testing.assert_array_equal(sampler.slots_many(qs, rs), np.stack([sampler.slots(q, r) for q, r in zip(qs, rs)]))
+    pool = PartitionSampler(Aggregator("kmeans", 8, 4), vectors, 10, seed=3)  # the whole pool per query
+    np.testing.assert_array_equal(pool.slots_many([0, 1], [4, 7]), np.stack([pool.slots(0, 4), pool.slots(1, 7)]))
+
+
+def test_batched_kmeans_redoes_only_tied_sets(monkeypatch):
+    """Sets without ties are clustered by the batched path itself (the equality tests above would
+    pass trivially if every set fell back to the reference); ties (fewer distinct points than K)
+    are redone by the reference."""
+    import rbench_rankers.lranker.aggregation as aggregation
+
+    redone: list[int] = []
+    ref = aggregation.kmeans_slots
+
+    def counting(vectors, *a, **k):
+        redone.append(len(vectors))
+        return ref(vectors, *a, **k)
+
+    monkeypatch.setattr(aggregation, "kmeans_slots", counting)
+    rng = np.random.default_rng(4)
+    plain = [rng.standard_normal((int(n), 16)).astype(np.float32) for n in rng.integers(21, 300, size=40)]
+    aggregation.kmeans_slots_many(plain, 20, 8, list(range(40)))
+    assert redone == []
+    base = rng.standard_normal((5, 16)).astype(np.float32)
+    few = [base[rng.integers(5, size=30)] for _ in range(3)]
+    out = aggregation.kmeans_slots_many(few, 20, 8, [1, 2, 3])
+    assert redone == [30, 30, 30]
+    for i in range(3):
+        np.testing.assert_array_equal(out[i], ref(few[i], 20, 8, i + 1))
