@@ -144,6 +144,31 @@ def test_split_is_seeded_stratified_and_disjoint():
         assert sorted(task_of[x] for x in q.ids) == sorted([f"task{t}" for t in range(3)] * k)
 
 
+def test_split_test_evaluates_every_query_zero_shot_and_keeps_the_default_fingerprint(capsys):
+    from rbench.cli.app import main
+    from rbench.tasks.families.routing import FAMILY, RoutingOptions, _fingerprint_text
+
+    write_csv(raw() / "router_data.csv", make_rows(n_tasks=3, per_task=20))
+    default = load_task("routing-balance", seed=7)
+    every = load_task("routing-balance", {"split": "test"}, seed=7)
+    assert len(every.train) == len(every.valid) == 0 and sorted(every.test.ids) == sorted(
+        [*default.train.ids, *default.valid.ids, *default.test.ids])
+    assert every.fingerprint != default.fingerprint
+    # records made before the option existed keep their fingerprint: the default leaves it out
+    assert _fingerprint_text(RoutingOptions()) == (
+        "RoutingOptions(scenario='balance', cost_norm='task', ties='first', descriptions=True)")
+    assert FAMILY.test_only(get_task("routing-balance"), RoutingOptions(split="test"))
+    assert not FAMILY.test_only(get_task("routing-balance"), RoutingOptions())
+    # untrained rankers run on every query; a router that trains is refused in one line
+    assert main(["run", "-r", "pop", "-t", "routing-balance", "--set", "task.split=test", "-q",
+                 "--results-dir", str(paths.raw_dir("routing-balance").parent / "res")]) == 0
+    capsys.readouterr()
+    assert main(["run", "-r", "router-knn", "-t", "routing-balance", "--set", "task.split=test", "-q",
+                 "--results-dir", str(paths.raw_dir("routing-balance").parent / "res")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "router-knn" in err and "task.split=test" in err
+
+
 def test_query_ids_fall_back_to_a_hash_without_query_idx():
     rows = make_rows()
     cols = [c for c in rows[0] if c != "query_idx"]

@@ -80,6 +80,15 @@ class RoutingOptions:
     cost_norm: Literal["task", "query", "global", "none"] = "task"
     ties: Literal["first", "all"] = "first"
     descriptions: bool = True  # use the LLM description file when present
+    split: Literal["8:1:1", "test"] = "8:1:1"  # "test": every query is a test query (zero-shot eval)
+
+
+def _fingerprint_text(opts: RoutingOptions) -> str:
+    """The options' part of the task fingerprint. ``split`` joined the options after records
+    existed: at its default it is left out, so those records keep their fingerprint."""
+    text = (f"RoutingOptions(scenario={opts.scenario!r}, cost_norm={opts.cost_norm!r}, ties={opts.ties!r}, "
+            f"descriptions={opts.descriptions!r})")
+    return text if opts.split == "8:1:1" else f"{text[:-1]}, split={opts.split!r})"
 
 
 # ------------------------------------------------------------------------------------------
@@ -316,7 +325,7 @@ def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) 
         candidates=cand[canon],
     )
     strata = np.asarray([qkeys[q][0] for q in canon], dtype=object)
-    labels = split_labels(nq, seed, strata=strata)
+    labels = split_labels(nq, seed, strata=strata, mode=opts.split)
     share = np.bincount(np.concatenate(table.positives), minlength=len(pool))
     info = {"source": str(d), "file": csv_path.name, "descriptions": desc_path.name if desc_path else None,
             "scenario": opts.scenario, "weights": {"performance": w_perf, "cost": w_cost},
@@ -325,7 +334,7 @@ def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) 
             "positives_per_llm": {names[i]: int(c) for i, c in enumerate(share)}, "seed": seed}
     if len(set(table.ids.tolist())) != nq:
         raise RBenchError("internal: query ids are not unique")
-    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts),), pool_order="given")
+    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(_fingerprint_text(opts),), pool_order="given")
     effect_q, cost_q = rows.effect[order].reshape(nq, m)[canon], cost[order].reshape(nq, m)[canon]
     task_q = np.asarray([qkeys[q][0] for q in canon], dtype=object)
     for split, queries in ((0, data.train), (1, data.valid)):  # never the test split (choice 7)
@@ -448,6 +457,9 @@ class RoutingFamily(TaskFamily):
 
     def check(self, spec: TaskSpec) -> tuple[bool, str]:
         return data_status(spec)
+
+    def test_only(self, spec: TaskSpec, options: Any) -> bool:
+        return isinstance(options, RoutingOptions) and options.split == "test"
 
     def load(self, spec: TaskSpec, options: Any, seed: int) -> TaskData:
         return load_routing(spec, options, seed)
