@@ -168,16 +168,22 @@ class Comparison:
         adj = "p" if self.correction == "none" else f"p ({CORRECTIONS[self.correction]})"
         return ["Measure", "A", "B", "Δ (A − B)", "95% CI", "d_z", "p", adj, "better"]
 
+    def _cells(self, i: int, bold: str, won_as: str) -> list[str]:
+        """System ``i``'s value per measure: the best bold (``bold``), the letters of the systems
+        it beats as superscripts (``won_as``); the formats are Markdown's or LaTeX's."""
+        cells = []
+        for m in self.measures:
+            s = self._value(i, m)
+            s = bold.format(s) if self._is_best(i, m) else s
+            won = self.beats(i, m)
+            cells.append(won_as.format(s, won) if won else s)
+        return cells
+
     def to_markdown(self) -> str:
         head = ["", "Ranker", *(SHOWN_AS.get(m, m) for m in self.measures)]
         lines = [md_row(head), "|" + "---|" * len(head)]
         for i, name in enumerate(self.systems):
-            cells = []
-            for m in self.measures:
-                s = self._value(i, m)
-                s = f"**{s}**" if self._is_best(i, m) else s
-                won = self.beats(i, m)
-                cells.append(f"{s}<sup>{won}</sup>" if won else s)
+            cells = self._cells(i, "**{}**", "{}<sup>{}</sup>")
             lines.append(md_row([letter(i), name, *cells]))
         lines += ["", self.caption(), "", md_row(self._pair_head()), "|" + "---|" * len(self._pair_head())]
         lines += [md_row(self._pair_cells(p)) for p in self.pairs]
@@ -202,12 +208,7 @@ class Comparison:
                  " & ".join(["", "Ranker", *(_latex(SHOWN_AS.get(m, m)) for m in self.measures)]) + r" \\",
                  r"\midrule"]
         for i, name in enumerate(self.systems):
-            cells = []
-            for m in self.measures:
-                s = self._value(i, m)
-                s = rf"\textbf{{{s}}}" if self._is_best(i, m) else s
-                won = self.beats(i, m)
-                cells.append(f"{s}$^{{{won}}}$" if won else s)
+            cells = self._cells(i, r"\textbf{{{}}}", "{}$^{{{}}}$")
             lines.append(" & ".join([letter(i), _latex(name), *cells]) + r" \\")
         lines += [r"\bottomrule", r"\end{tabular}", r"\end{table}"]
         return "\n".join(lines) + "\n"
