@@ -628,3 +628,8 @@ def test_explicit_paper_values_win_over_the_cpu_preset():
     label = LRankerRanker.label_for(config_dict(cfg))  # the table row names what differs from the preset
     assert label.startswith("lranker (preset=cpu") and "similarity=dot" in label and "temperature=0.15" in label
     assert LRankerRanker.label_for(config_dict(plain)) == "lranker (preset=cpu)"
+
+
+def test_a_negative_valid_pool_sample_is_one_clear_line():
+    with pytest.raises(RBenchError, match=r"lranker option valid_pool_sample must be >= 0 \(got -1\)"):
+        LRankerConfig(valid_pool_sample=-1)
