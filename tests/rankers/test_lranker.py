@@ -631,5 +631,7 @@ def test_explicit_paper_values_win_over_the_cpu_preset():
 
 
 def test_a_negative_valid_pool_sample_is_one_clear_line():
+    from rbench.core.config import build_config
+
     with pytest.raises(RBenchError, match=r"lranker option valid_pool_sample must be >= 0 \(got -1\)"):
-        LRankerConfig(valid_pool_sample=-1)
+        build_config(LRankerConfig, {"valid_pool_sample": "-1"}, owner="lranker")
