@@ -110,196 +110,84 @@ def lloyd_labels(x: np.ndarray, k: int, seed: int, max_iter: int = 100) -> np.nd
 
 
 # ------------------------------------------------------------------------------------------
-# batched exact Lloyd: many small sets at once, the same result as ``lloyd_labels`` per set
+# many sets at once (``kernels.lloyd_many``): the same slots as ``kmeans_slots`` per set
 # ------------------------------------------------------------------------------------------
-
-_U53 = 1.0 / 9007199254740992.0  # numpy's Generator.random(): (next_uint64 >> 11) * 2**-53
-_MARGIN = 1e-9  # relative gap below which a batched decision is not trusted (float64 noise is ~1e-13)
-_BUCKET_ELEMENTS = 1 << 22  # float64 elements of one padded (sets, items, dims) block
-
-
-def _first_index(raw: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``Generator.integers(n)`` from one raw 64-bit draw each (numpy's buffered Lemire method:
-    the low 32 bits); False where numpy would reject that draw (then the set is redone exactly)."""
-    lo = (raw & np.uint64(0xFFFFFFFF)).astype(np.uint64)
-    nn = n.astype(np.uint64)
-    m = lo * nn  # < 2**64: both factors < 2**32
-    left = m & np.uint64(0xFFFFFFFF)
-    threshold = (np.uint64(1 << 32) - nn) % nn
-    return (m >> np.uint64(32)).astype(np.int64), ~((left < nn) & (left < threshold))
-
-
-def _lloyd_block(x: np.ndarray, n: np.ndarray, k: int, seeds: Sequence[int],
-                 max_iter: int) -> tuple[np.ndarray, np.ndarray]:
-    """Exact K-means of S padded sets ``x`` (S, m, a) float64 with ``n`` (S,) real rows each
-    (all > k): labels (S, m) and a mask of the sets whose every decision (k-means++ draw, each
-    assignment) had a margin far above rounding noise, so ``lloyd_labels`` would take them too."""
-    S, m, _ = x.shape
-    valid = np.arange(m)[None, :] < n[:, None]
-    ok = np.ones(S, dtype=bool)
-    raw = np.stack([np.random.default_rng(int(s)).bit_generator.random_raw(k) for s in seeds])
-    sq = (x * x).sum(2)  # (S, m), the same per-row sums as lloyd_labels
-    scale = sq.max(1) + 1e-300
-    x2 = 2 * x
-    rows = np.arange(S)
-    first, good = _first_index(raw[:, 0], n)
-    ok &= good
-    idx = np.empty((S, k), dtype=np.int64)
-    idx[:, 0] = first
-    d2 = None
-    u = (raw[:, 1:] >> np.uint64(11)).astype(np.float64) * _U53
-    for j in range(1, k):
-        c = idx[:, j - 1]
-        new = np.maximum(sq - (x2 @ x[rows, c][:, :, None])[:, :, 0] + sq[rows, c][:, None], 0.0)
-        new[~valid] = 0.0
-        d2 = new if d2 is None else np.minimum(d2, new)
-        total = d2.sum(1)
-        ok &= total > 1e-6 * scale  # (near) all duplicates of the chosen centres: redo exactly
-        safe = np.where(total > 0, total, 1.0)
-        cdf = np.cumsum(d2 / safe[:, None], axis=1)
-        cdf /= np.where(ok, cdf[rows, n - 1], 1.0)[:, None]
-        pick = np.minimum((cdf <= u[:, j - 1 : j]).sum(1), n - 1)
-        lo = np.where(pick > 0, cdf[rows, np.maximum(pick - 1, 0)], -np.inf)
-        # each d2 may differ from lloyd_labels' by ~a * eps * |x|^2 (another summation order)
-        tol = _MARGIN + n * x.shape[2] * 1e-15 * scale / safe
-        ok &= (u[:, j - 1] - lo > tol) & (cdf[rows, pick] - u[:, j - 1] > tol)
-        idx[:, j] = pick
-    centres = x[rows[:, None], idx]  # (S, k, a)
-    labels = np.full((S, m), -1, dtype=np.int64)
-    eye = np.eye(k, dtype=np.float64)
-    # working copies of the sets still iterating, compacted when half of them have converged
-    act = np.flatnonzero(ok)
-    wx, wx2, wsq, wva, wsc, wc, wl = x[act], x2[act], sq[act], valid[act], scale[act], centres[act], labels[act]
-    pos = np.arange(len(act))
-    for _ in range(max_iter):
-        if len(pos) == 0:
-            break
-        if len(pos) <= len(act) // 2:
-            labels[act] = wl
-            act = act[pos]
-            wx, wx2, wsq, wva, wsc, wc, wl = (w[pos] for w in (wx, wx2, wsq, wva, wsc, wc, wl))
-            pos = np.arange(len(act))
-        sel = slice(None) if len(pos) == len(act) else pos
-        c, va = wc[sel], wva[sel]
-        ct = np.ascontiguousarray(c.transpose(0, 2, 1))
-        dist = wsq[sel][:, :, None] - wx2[sel] @ ct + (c * c).sum(2)[:, None, :]
-        two = np.partition(dist, 1, axis=2)[:, :, :2] if k > 1 else np.concatenate([dist, dist + np.inf], 2)
-        gap = (two[:, :, 1] - two[:, :, 0]) > _MARGIN * (wsc[sel][:, None] + np.abs(two[:, :, 0]))
-        sure = (gap | ~va).all(1)
-        ok[act[pos[~sure]]] = False
-        new = dist.argmin(axis=2)
-        new[~va] = -1
-        moved = (new != wl[sel]).any(1) & sure
-        pos, new = pos[moved], new[moved]
-        if len(pos) == 0:
-            break
-        wl[pos] = new
-        onehot = eye[np.maximum(new, 0)] * (new >= 0)[:, :, None]  # (A, m, k)
-        counts = onehot.sum(1)
-        sums = np.ascontiguousarray(onehot.transpose(0, 2, 1)) @ wx[pos]
-        filled = counts > 0
-        upd = wc[pos]
-        upd[filled] = sums[filled] / counts[filled][:, None]
-        wc[pos] = upd
-    labels[act] = wl
-    return labels, ok
-
-
-def _slots_from_labels(vectors: Sequence[np.ndarray], firsts: Sequence[np.ndarray], labels: Sequence[np.ndarray],
-                       k: int) -> np.ndarray:
-    """``centroids_from_labels`` for many sets at once: (S, k, D). The float64 cluster sums are
-    the same sequential row sums as ``mean(axis=0)``; the tie-breaking key (mean first
-    assignment coordinate, float32 in the reference) is taken from the reference for any set
-    where two equal-sized clusters have keys too close to order by a float64 mean."""
-    S = len(vectors)
-    D = vectors[0].shape[1]
-    out = np.empty((S, k, D), dtype=np.float32)
-    sizes = np.array([len(v) for v in vectors])
-    set_of = np.repeat(np.arange(S), sizes)
-    lab = np.concatenate(labels)
-    key = set_of * k + lab
-    order = np.argsort(key, kind="stable")
-    counts = np.bincount(key, minlength=S * k)
-    present = np.flatnonzero(counts)
-    starts = np.r_[0, np.cumsum(counts[present])[:-1]]
-    full = np.concatenate(vectors)[order].astype(np.float64)
-    sums = np.add.reduceat(full, starts, axis=0)
-    means = sums / counts[present][:, None]
-    f64 = np.add.reduceat(np.concatenate(firsts)[order].astype(np.float64), starts) / counts[present]
-    owner = present // k
-    bounds = np.searchsorted(owner, np.arange(S + 1))
-    for s in range(S):
-        a, b = bounds[s], bounds[s + 1]
-        sz, fk = counts[present[a:b]], f64[a:b]
-        o = np.lexsort((fk, -sz))
-        ssz, sf = sz[o], fk[o]
-        close = (ssz[1:] == ssz[:-1]) & (np.abs(sf[1:] - sf[:-1]) <= 1e-5 * (np.abs(sf).max() + 1e-30))
-        if close.any():
-            first = np.array([firsts[s][labels[s] == c].mean() for c in present[a:b] - s * k])
-            o = np.lexsort((first, -sz))
-        out[s] = tile_slots(means[a:b][o], k)
-    return out
 
 
 def kmeans_slots_many(vector_sets: Sequence[np.ndarray], k: int, assign_dims: int = 128,
                       seeds: Sequence[int] = (), batch_size: int = 1024, backend: str = "auto",
                       max_iter: int = 100) -> np.ndarray:
-    """``kmeans_slots`` of many sets in one call: (S, k, D), set for set the same slots.
-
-    Sets of at most ``batch_size`` items (backend ``auto``) are clustered together: padded
-    blocks of similar sizes run k-means++ (each set's draws come from its own seeded stream,
-    exactly as ``lloyd_labels`` consumes it) and Lloyd iterations as batched matrix products.
-    Every random draw and every assignment is checked for a margin far above float64 rounding
-    noise; a set where one is not (ties: duplicate points, fewer distinct points than K) is
-    redone by ``kmeans_slots``, as are larger sets (MiniBatchKMeans) and sets of <= k items."""
-    seeds = list(seeds)
-    if len(seeds) != len(vector_sets):
+    """``kmeans_slots`` of many sets in one call: (S, k, D), set for set the same slots
+    (``kmeans_slots_indexed`` over the sets laid end to end)."""
+    if len(list(seeds)) != len(vector_sets):
         raise ValueError("kmeans_slots_many needs one seed per set")
-    S = len(vector_sets)
-    if S == 0:
+    if len(vector_sets) == 0:
         return np.zeros((0, k, 0), dtype=np.float32)
     vecs = [np.asarray(v, dtype=np.float32) for v in vector_sets]
-    ns = np.array([len(v) for v in vecs])
+    ends = np.cumsum([len(v) for v in vecs])
+    subsets = [np.arange(e - len(v), e) for v, e in zip(vecs, ends)]
+    return kmeans_slots_indexed(np.concatenate(vecs), subsets, k, assign_dims, seeds, batch_size, backend, max_iter)
+
+
+def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: int, assign_dims: int = 128,
+                         seeds: Sequence[int] = (), batch_size: int = 1024, backend: str = "auto",
+                         max_iter: int = 100, gram: np.ndarray | None = None) -> np.ndarray:
+    """``[kmeans_slots(source[sub], k, assign_dims, seed, ...) for sub, seed in ...]`` as one
+    (S, k, D) array, set for set the same slots.
+
+    Sets of at most ``batch_size`` items (backend ``auto``) are clustered together by
+    ``kernels.lloyd_many`` (numba, one loop per set, the sets spread over the cores): k-means++
+    with each set's draws from its own seeded stream, exactly as ``lloyd_labels`` consumes it,
+    then Lloyd iterations; their centroids by ``kernels.centroid_slots``. Every random draw and
+    every assignment is checked for a margin far above float64 rounding noise; a set where one is
+    not (ties: duplicate points, fewer distinct points than K) is redone by ``kmeans_slots``, as
+    are larger sets (MiniBatchKMeans) and sets of <= k items. ``gram``: the Gram matrix of the
+    source's assignment view (``Aggregator.many`` passes it for pools small enough to hold one):
+    the iterations run on inner products, with the same labels."""
+    seeds = [int(x) for x in seeds]
+    if len(seeds) != len(subsets):
+        raise ValueError("kmeans_slots_many needs one seed per set")
+    S = len(subsets)
+    D = source.shape[1] if source.ndim == 2 else 0
+    if S == 0:
+        return np.zeros((0, k, D), dtype=np.float32)
+    subs = [np.asarray(sub, dtype=np.int64).reshape(-1) for sub in subsets]
+    ns = np.array([len(sub) for sub in subs])
     if (ns == 0).any():
         raise ValueError("cannot aggregate an empty candidate set")
-    out: list[np.ndarray | None] = [None] * S
-    small = np.flatnonzero(ns <= k)
-    for s in small:  # every item its own cluster: order by the first assignment coordinate
-        first = _assign_view(vecs[s][:, :1], 1)[:, 0] if vecs[s].shape[1] else np.zeros(ns[s], np.float32)
-        out[s] = tile_slots(vecs[s][np.argsort(first, kind="stable")], k)
+    out = np.empty((S, k, D), dtype=np.float32)
+    done = np.zeros(S, dtype=bool)
+    for s in np.flatnonzero(ns <= k):  # every item its own cluster: order by the first assignment coordinate
+        v = np.asarray(source[subs[s]], dtype=np.float32)
+        first = _assign_view(v[:, :1], 1)[:, 0] if D else np.zeros(ns[s], np.float32)
+        out[s] = tile_slots(v[np.argsort(first, kind="stable")], k)
+        done[s] = True
     batched = np.flatnonzero((ns > k) & (ns <= batch_size)) if backend == "auto" else np.zeros(0, dtype=np.int64)
-    done = set(small.tolist())
     if len(batched):
-        a_dim = _assign_view(vecs[batched[0]][:1], assign_dims).shape[1]
-        by_size = batched[np.argsort(ns[batched], kind="stable")]
-        pos = 0
-        while pos < len(by_size):  # blocks of similar sizes: padding <= 25% + 8 rows
-            lo = ns[by_size[pos]]
-            end = pos + 1
-            while (end < len(by_size) and ns[by_size[end]] <= lo * 1.25 + 8
-                   and (end - pos + 1) * ns[by_size[end]] * a_dim <= _BUCKET_ELEMENTS):
-                end += 1
-            block = by_size[pos:end]
-            pos = end
-            m = int(ns[block].max())
-            x = np.zeros((len(block), m, a_dim), dtype=np.float64)
-            assigns = []
-            for i, s in enumerate(block):
-                av = _assign_view(vecs[s], assign_dims)
-                assigns.append(av)
-                x[i, : ns[s]] = av
-            labels, ok = _lloyd_block(x, ns[block], k, [seeds[s] for s in block], max_iter)
-            keep = np.flatnonzero(ok)
-            if len(keep):
-                res = _slots_from_labels([vecs[block[i]] for i in keep], [assigns[i][:, 0] for i in keep],
-                                         [labels[i, : ns[block[i]]] for i in keep], k)
-                for j, i in enumerate(keep):
-                    out[block[i]] = res[j]
-                    done.add(int(block[i]))
-    for s in range(S):
-        if s not in done:
-            out[s] = kmeans_slots(vecs[s], k, assign_dims, seeds[s], batch_size, backend)
-    return np.stack(out)  # type: ignore[arg-type]
+        from .kernels import centroid_slots, lloyd_many
+
+        offsets = np.r_[0, np.cumsum(ns[batched])]
+        items = np.concatenate([subs[s] for s in batched])
+        bseeds = [seeds[s] for s in batched]
+        if gram is not None:
+            dims = _assign_view(np.asarray(source[:1], dtype=np.float32), assign_dims).shape[1]
+            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, gram=(gram, items), dims=dims)
+        else:
+            x = np.concatenate([_assign_view(np.asarray(source[subs[s]], dtype=np.float32), assign_dims)
+                                for s in batched])
+            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, x=x)
+        if source.dtype == np.float32 or len(source) <= 2 * len(items):
+            V, rows = np.asarray(source, dtype=np.float32), items
+        else:  # no float32 copy of a large source: only the rows clustered
+            V, rows = np.asarray(source[items], dtype=np.float32), np.arange(len(items))
+        slots, ambiguous = centroid_slots(V, rows, offsets, labels, k, ok)
+        good = ok & ~ambiguous
+        out[batched[good]] = slots[good]
+        done[batched[good]] = True
+    for s in np.flatnonzero(~done):
+        out[s] = kmeans_slots(np.asarray(source[subs[s]], dtype=np.float32), k, assign_dims, seeds[s],
+                              batch_size, backend)
+    return out
 
 
 def kmeans_slots(vectors: np.ndarray, k: int, assign_dims: int = 128, seed: int = 0,
@@ -382,6 +270,11 @@ class Aggregator:
     backend: str = "auto"
     pca: PCAState | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "items": 0})
+    # ``many`` clusters through the source's Gram matrix when the source has at most this many
+    # rows (float64: 6,000 rows are 288 MB) and the call clusters at least half as many items;
+    # the matrix is kept for the next call on the same source (keyed on its content)
+    gram_max_items: int = 6000
+    _gram: tuple[tuple, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -411,6 +304,16 @@ class Aggregator:
             return kmeans_slots(self.pca.transform(vectors), self.k, 0, seed, self.batch_size, self.backend)
         return sample_slots(vectors, self.k, seed)
 
+    def _gram_of(self, view: np.ndarray) -> np.ndarray:
+        import hashlib
+
+        key = (view.shape, hashlib.blake2b(np.ascontiguousarray(view).view(np.uint8), digest_size=16).digest())
+        if self._gram is None or self._gram[0] != key:
+            from .kernels import gram_matrix
+
+            self._gram = (key, gram_matrix(view))
+        return self._gram[1]
+
     def many(self, source: np.ndarray, subsets: Sequence[np.ndarray], seeds: Sequence[int]) -> np.ndarray:
         """``[self(source[sub], seed) for sub, seed in zip(subsets, seeds)]`` as one (S, K, slot_dim)
         array, the K-means sets clustered together (``kmeans_slots_many``): the same slots."""
@@ -423,11 +326,16 @@ class Aggregator:
             if self.method == "pca" and self.pca is None:
                 raise RuntimeError("aggregation=pca needs fit_pca() on the training pool first")
             tf = self.pca.transform if self.method == "pca" and self.pca is not None else None
-            sets = [np.asarray(source[np.asarray(sub)], dtype=np.float32) for sub in subsets]
-            if tf is not None:
-                sets = [tf(x) for x in sets]
-            return kmeans_slots_many(sets, self.k, 0 if tf is not None else self.assign_dims, seeds,
-                                     self.batch_size, self.backend)
+            dims = 0 if tf is not None else self.assign_dims
+            total = sum(len(x) for x in subsets)
+            if tf is not None and len(source) > 2 * total:  # transform only what is clustered
+                sets = [tf(np.asarray(source[np.asarray(sub)], dtype=np.float32)) for sub in subsets]
+                return kmeans_slots_many(sets, self.k, 0, seeds, self.batch_size, self.backend)
+            src = tf(source) if tf is not None else np.asarray(source)
+            gram = None
+            if self.backend == "auto" and 0 < len(src) <= self.gram_max_items and 2 * total >= len(src):
+                gram = self._gram_of(_assign_view(np.asarray(src, dtype=np.float32), dims))
+            return kmeans_slots_indexed(src, subsets, self.k, dims, seeds, self.batch_size, self.backend, gram=gram)
         self.stats["calls"] -= len(subsets)  # counted again by __call__
         self.stats["items"] -= int(sum(len(x) for x in subsets))
         return np.stack([self(np.asarray(source[np.asarray(sub)]), sd) for sub, sd in zip(subsets, seeds)])

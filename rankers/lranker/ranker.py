@@ -566,6 +566,7 @@ class LRankerRanker(BaseRanker):
             valid = valid.take(rows)
         key = {"widths": widths, "depths": depths, "keep": cfg.tts_keep, "metric": cfg.select_metric,
                "alpha": cfg.select_alpha, "min_part": cfg.tts_min_part_factor, "rule": "cheapest-unless-significant",
+               "whole_set": "E0",  # a kept subset that is the whole candidate set gives E^(0) (scaling.py)
                "seed": self.seed, "valid": _digest(valid.positives.values, valid.ids.astype(str)),
                "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size,
                "kmeans_backend": cfg.kmeans_backend}

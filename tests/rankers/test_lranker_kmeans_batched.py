@@ -134,3 +134,51 @@ def test_batched_kmeans_redoes_only_tied_sets(monkeypatch):
     assert redone == [30, 30, 30]
     for i in range(3):
         np.testing.assert_array_equal(out[i], ref(few[i], 20, 8, i + 1))
+
+
+def test_gram_path_equals_the_reference_and_follows_its_source(monkeypatch):
+    """``Aggregator.many`` on a pool small enough for its Gram matrix clusters through inner
+    products (asserted: the Gram kernel ran), with the reference's slots for every kind of set
+    (ties included, redone by the reference); a source changed in place gets a new matrix."""
+    import rbench_rankers.lranker.kernels as lloyd
+
+    used: list[bool] = []
+    real = lloyd.lloyd_many
+
+    def spy(*a, **k):
+        used.append(k.get("gram", a[5] if len(a) > 5 else None) is not None)
+        return real(*a, **k)
+
+    monkeypatch.setattr(lloyd, "lloyd_many", spy)
+    sets = random_sets(40, 12, seed=9)
+    source = np.concatenate(sets)
+    offsets = np.r_[0, np.cumsum([len(x) for x in sets])]
+    subsets = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(sets))]
+    agg = Aggregator("kmeans", k=20, assign_dims=8, batch_size=64)
+    seeds = [derive_seed("gram", i) for i in range(len(sets))]
+    got = agg.many(source, subsets, seeds)
+    assert used and all(used)
+    for i, (sub, s) in enumerate(zip(subsets, seeds)):
+        np.testing.assert_array_equal(got[i], kmeans_slots(source[sub], 20, 8, s, batch_size=64), err_msg=f"set {i}")
+    rng = np.random.default_rng(5)
+    pool = rng.standard_normal((200, 12)).astype(np.float32)
+    subs = [rng.choice(200, 60, replace=False) for _ in range(8)]
+    agg.many(pool, subs, list(range(8)))
+    pool[:] = rng.standard_normal((200, 12)).astype(np.float32)  # same object, new content
+    again = agg.many(pool, subs, list(range(8)))
+    for i, sub in enumerate(subs):
+        np.testing.assert_array_equal(again[i], kmeans_slots(pool[sub], 20, 8, i, batch_size=64))
+
+
+def test_raw_draws_are_numpys_stream():
+    """The vectorised SeedSequence + PCG64 gives ``default_rng(seed)``'s raw words bit for bit
+    (the batched K-means' k-means++ draws rest on it); seeds outside [0, 2**32) go through numpy."""
+    from rbench_rankers.lranker.kernels import raw_draws
+
+    seeds = [0, 1, 2, 255, 65536, 2**31 - 1, 2**32 - 1, *np.random.default_rng(0).integers(0, 2**32, 300).tolist()]
+    for k in (1, 20):
+        ref = np.stack([np.random.default_rng(s).bit_generator.random_raw(k) for s in seeds])
+        np.testing.assert_array_equal(raw_draws(seeds, k), ref)
+    odd = [2**40 + 3, -1 + 2**33]
+    np.testing.assert_array_equal(raw_draws(odd, 5), np.stack([np.random.default_rng(s).bit_generator.random_raw(5)
+                                                               for s in odd]))

@@ -17,6 +17,7 @@ from rbench_rankers.lranker.aggregation import (
     kmeans_slots,
     sample_slots,
 )
+from rbench_rankers.lranker.kernels import candidate_scores, eliminate_many, partition_order, shuffle_keys
 from rbench_rankers.lranker.scaling import (
     RowView,
     chunk_rows,
@@ -117,17 +118,17 @@ def test_pca_and_set_encoder_slots():
 def test_eliminate_keeps_top_of_each_part():
     survivors = np.arange(100, 120)
     scores = np.arange(20, dtype=np.float32)[::-1].copy()  # item 100 best ... 119 worst
-    rng = np.random.default_rng(0)
-    perm = np.random.default_rng(0).permutation(20)
-    kept = eliminate(survivors, scores, width=4, keep=0.0, rng=rng)
+    perm = partition_order(0, 20)
+    assert sorted(perm.tolist()) == list(range(20)) and perm.tolist() != list(range(20))
+    kept = eliminate(survivors, scores, width=4, keep=0.0, seed=0)
     assert [len(k) for k in kept] == [2, 2, 2, 2]  # ceil(5 * 1/4)
     for part, k in zip(np.array_split(perm, 4), kept):
         best = survivors[part][np.argsort(-scores[part])][:2]
         np.testing.assert_array_equal(k, best)
-    kept_half = eliminate(survivors, scores, width=2, keep=0.5, rng=np.random.default_rng(1))
+    kept_half = eliminate(survivors, scores, width=2, keep=0.5, seed=1)
     assert [len(k) for k in kept_half] == [5, 5]
     # fewer survivors than parts: only non-empty parts, each keeps its one item
-    kept_small = eliminate(np.array([7, 9]), np.array([1.0, 2.0]), width=5, keep=0.0, rng=rng)
+    kept_small = eliminate(np.array([7, 9]), np.array([1.0, 2.0]), width=5, keep=0.0, seed=0)
     assert sorted(int(k[0]) for k in kept_small) == [7, 9]
 
 
@@ -137,20 +138,20 @@ def test_floor_keeps_at_least_factor_times_k_items_per_subset():
     survivors = np.arange(1000)
     min_keep = min_part_size(2, 20)
     assert min_keep == 40 and min_part_size(0, 20) == 0 and min_part_size(1.5, 5) == 8
-    kept = eliminate(survivors, scores, width=4, keep=0.0, rng=np.random.default_rng(1), min_keep=min_keep)
+    kept = eliminate(survivors, scores, width=4, keep=0.0, seed=1, min_keep=min_keep)
     assert [len(k) for k in kept] == [63, 63, 63, 63]  # ceil(250 / 4) >= 40: the floor is inactive
     # 100 survivors, width 4: 4 parts of 25 would keep 7 each; only 100 // 40 = 2 parts, keep 40 each
-    kept = eliminate(survivors[:100], scores[:100], width=4, keep=0.0, rng=np.random.default_rng(1),
+    kept = eliminate(survivors[:100], scores[:100], width=4, keep=0.0, seed=1,
                      min_keep=min_keep)
     assert [len(k) for k in kept] == [40, 40]
     for k in kept:  # the top 40 of its part
         assert len(set(k.tolist())) == 40
     # fewer survivors than the floor in total: all of them, one subset
-    kept = eliminate(survivors[:30], scores[:30], width=4, keep=0.0, rng=np.random.default_rng(1),
+    kept = eliminate(survivors[:30], scores[:30], width=4, keep=0.0, seed=1,
                      min_keep=min_keep)
     assert len(kept) == 1 and sorted(kept[0].tolist()) == list(range(30))
     # never a subset of one item repeated K times
-    kept = eliminate(survivors[:3], scores[:3], width=5, keep=0.0, rng=np.random.default_rng(1), min_keep=min_keep)
+    kept = eliminate(survivors[:3], scores[:3], width=5, keep=0.0, seed=1, min_keep=min_keep)
     assert [len(k) for k in kept] == [3]
 
 
@@ -366,3 +367,62 @@ def test_aggregator_is_deterministic_per_seed(method):
     agg = Aggregator(method, k=4, assign_dims=8)
     agg.fit(x, pca_dim=5, seed=0)
     np.testing.assert_array_equal(agg(x, 7), agg(x, 7))
+
+
+def test_a_kept_subset_that_is_the_whole_candidate_set_gives_e0_without_clustering():
+    """Width 1 keeps every candidate each round (keep = 1/1): its one part is the whole set, the
+    view E^(0) already is, so every round adds E^(0) and width 1 ranks as direct ranking does,
+    with no clustering and no encoding. Width 2 on the same sets still clusters its halves."""
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((300, 8)).astype(np.float32)
+    sets = [np.sort(rng.choice(300, int(n), replace=False)) for n in (250, 120, 60)]
+    E0 = rng.standard_normal((3, 8)).astype(np.float32)
+    calls = {"encode": 0, "agg": 0}
+
+    def encode(rows, slots):
+        calls["encode"] += len(rows)
+        return slots.mean(1)
+
+    def agg(v, seed):
+        calls["agg"] += 1
+        return kmeans_slots(v, 4, 0, seed)
+
+    out = graph_tts(E0, sets, vectors, 1, 3, encode, agg, [1, 2, 3])
+    assert calls == {"encode": 0, "agg": 0}
+    for t in range(4):
+        np.testing.assert_allclose(out.embeddings[t], E0, rtol=1e-6)
+        np.testing.assert_allclose(out.means[t], E0, rtol=1e-6)
+    assert [r["survivors"] for r in out.trace] == [[250, 120, 60]] * 3
+    two = graph_tts(E0, sets, vectors, 2, 1, encode, agg, [1, 2, 3])
+    assert calls["agg"] == 6 and calls["encode"] == 6
+    assert not np.allclose(two.embeddings[1], E0)
+
+
+def test_eliminate_many_equals_eliminate_per_query():
+    """The batched round (numba) against the per-query reference: the same kept subsets, for
+    widths below and above the survivors, with and without the floor, with tied scores (ties go
+    to the lower item) and with keep fractions; its shuffle keys are the reference's numbers."""
+    import numba
+
+    from rbench_rankers.lranker import kernels
+
+    rng = np.random.default_rng(8)
+    vectors = np.round(rng.standard_normal((400, 6)), 1).astype(np.float32)  # many exact ties
+    vectors[200:260] = vectors[100]  # identical candidates: identical scores
+    surv = [np.sort(rng.choice(400, int(n), replace=False)) for n in (1, 3, 40, 97, 250, 400)]
+    cur = rng.standard_normal((len(surv), 6)).astype(np.float32)
+    offsets = np.r_[0, np.cumsum([len(x) for x in surv])]
+    for width, keep, floor in [(1, 0.0, 0), (3, 0.0, 0), (5, 0.0, 8), (10, 0.0, 0), (4, 0.5, 0), (7, 0.2, 40)]:
+        seeds = [1000 * width + i for i in range(len(surv))]
+        kept, sizes = eliminate_many(vectors, cur, np.concatenate(surv), offsets, seeds, width, keep, floor)
+        for i, S in enumerate(surv):
+            scores = candidate_scores(vectors, S, cur[i])
+            np.testing.assert_allclose(scores, vectors[S].astype(np.float64) @ cur[i].astype(np.float64), rtol=1e-9,
+                                       atol=1e-9)
+            ref = eliminate(S, scores, width, keep, seeds[i], floor)
+            used = [int(x) for x in sizes[i] if x > 0]
+            assert used == [len(r) for r in ref], (width, i)
+            got = kept[offsets[i] : offsets[i] + sum(used)]
+            np.testing.assert_array_equal(got, np.concatenate(ref))
+    keys = numba.njit(lambda s, n: kernels._keys(s, n))(123456789, 50)
+    np.testing.assert_array_equal(keys, shuffle_keys(123456789, 50))
