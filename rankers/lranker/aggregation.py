@@ -170,8 +170,8 @@ def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: i
         items = np.concatenate([subs[s] for s in batched])
         bseeds = [seeds[s] for s in batched]
         if gram is not None:
-            dims = _assign_view(np.asarray(source[:1], dtype=np.float32), assign_dims).shape[1]
-            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, gram=(gram, items), dims=dims)
+            view = _assign_view(np.asarray(source, dtype=np.float32), assign_dims)
+            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, gram=(gram, items, view))
         else:
             x = np.concatenate([_assign_view(np.asarray(source[subs[s]], dtype=np.float32), assign_dims)
                                 for s in batched])

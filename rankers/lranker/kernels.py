@@ -104,19 +104,51 @@ def _one_set(x, lo, hi, k, first, u, max_iter, margin, labels):  # pragma: no co
             cent[j, t] = x[lo + idx[j], t]
     for i in range(n):
         labels[lo + i] = -1
+    return _lloyd_bounded(x, lo, n, k, a, sq, scale, cent, max_iter, margin, labels)
+
+
+@numba.njit(cache=True, nogil=True)
+def _lloyd_bounded(x, lo, n, k, a, sq, scale, cent, max_iter, margin, labels):  # pragma: no cover - compiled
+    """Lloyd iterations from ``cent`` with Elkan's per-centre lower bounds: a point whose upper
+    bound on the distance to its centre stays below its lower bound on the distance to each
+    other centre (every bound moved by the centres' shifts) keeps its label without computing a
+    distance. The bounds carry a slack far above rounding error and the skip also demands the
+    reference's margin, so a skipped point is one whose label ``lloyd_labels`` would also keep."""
+    ub = np.empty(n)
+    lbk = np.empty((n, k))
     cn = np.empty(k)
+    prev = np.empty(n, dtype=np.int64)
+    shift = np.zeros(k)
     sums = np.empty((k, a))
     cnt = np.empty(k, dtype=np.int64)
-    for _ in range(max_iter):
+    root = np.sqrt(scale)
+    for it in range(max_iter):
         for j in range(k):
             cn[j] = _dot(cent, j, cent, j, a)
+        tol = 1e-6 * root * (it + 1)
         changed = False
         for i in range(n):
+            own = labels[lo + i]
+            if it > 0:
+                low = np.inf
+                for j in range(k):
+                    if j != own and lbk[i, j] < low:
+                        low = lbk[i, j]
+                lo_b = low - tol
+                hi_b = ub[i] + tol
+                if lo_b > hi_b and lo_b * lo_b - hi_b * hi_b > margin * (scale + hi_b * hi_b):
+                    continue
+                v = sq[i] - 2.0 * _dot(x, lo + i, cent, own, a) + cn[own]  # tighten the upper bound
+                ub[i] = np.sqrt(max(v, 0.0))
+                hi_b = ub[i] + tol
+                if lo_b > hi_b and lo_b * lo_b - hi_b * hi_b > margin * (scale + hi_b * hi_b):
+                    continue
             best = np.inf
             second = np.inf
             bj = -1
             for j in range(k):
                 v = sq[i] - 2.0 * _dot(x, lo + i, cent, j, a) + cn[j]
+                lbk[i, j] = np.sqrt(max(v, 0.0))
                 if v < best:
                     second = best
                     best = v
@@ -125,22 +157,45 @@ def _one_set(x, lo, hi, k, first, u, max_iter, margin, labels):  # pragma: no co
                     second = v
             if not second - best > margin * (scale + abs(best)):
                 return False
-            if bj != labels[lo + i]:
+            ub[i] = np.sqrt(max(best, 0.0))
+            if bj != own:
                 changed = True
                 labels[lo + i] = bj
         if not changed:
             break
-        sums[:] = 0.0
-        cnt[:] = 0
-        for i in range(n):
-            j = labels[lo + i]
-            cnt[j] += 1
-            for t in range(a):
-                sums[j, t] += x[lo + i, t]
-        for j in range(k):
-            if cnt[j] > 0:
+        if it == 0:  # the first assignment: the sums from scratch; later, only the points that moved
+            sums[:, :] = 0.0
+            cnt[:] = 0
+            for i in range(n):
+                j = labels[lo + i]
+                cnt[j] += 1
                 for t in range(a):
-                    cent[j, t] = sums[j, t] / cnt[j]
+                    sums[j, t] += x[lo + i, t]
+                prev[i] = j
+        else:
+            for i in range(n):
+                j = labels[lo + i]
+                if j != prev[i]:
+                    p = prev[i]
+                    cnt[p] -= 1
+                    cnt[j] += 1
+                    for t in range(a):
+                        sums[p, t] -= x[lo + i, t]
+                        sums[j, t] += x[lo + i, t]
+                    prev[i] = j
+        for j in range(k):
+            shift[j] = 0.0
+            if cnt[j] > 0:
+                d = 0.0
+                for t in range(a):
+                    c = sums[j, t] / cnt[j]
+                    d += (c - cent[j, t]) ** 2
+                    cent[j, t] = c
+                shift[j] = np.sqrt(d)
+        for i in range(n):
+            ub[i] += shift[labels[lo + i]]
+            for j in range(k):
+                lbk[i, j] -= shift[j]
     return True
 
 
@@ -303,32 +358,49 @@ def seeded_draws(seeds: Sequence[int], ns: np.ndarray, k: int) -> tuple[np.ndarr
     return first, u, ok
 
 
+GRAM_SET_MAX = 400  # larger sets: gathering their n x n inner products costs more than the direct path saves
+
+
 def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int = 100, *,
-               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray] | None = None,
-               dims: int = 0) -> tuple[np.ndarray, np.ndarray]:
+               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """``lloyd_labels`` of every set s (each with more than ``k`` rows): labels (rows,) and ``ok``
     (sets,), False for a set whose labels must come from the reference instead (a draw numpy
     would reject, or a decision inside the margin). The rows of set s are either
     ``x[offsets[s]:offsets[s + 1]]`` (assignment views, concatenated) or, with
-    ``gram=(G, items)``, the source rows ``items[offsets[s]:offsets[s + 1]]`` whose inner products
-    ``G`` holds (``gram_matrix``; ``dims``: their dimension): the iterations then run on inner
-    products, far fewer operations for sets much smaller than their dimension times K."""
+    ``gram=(G, items, view)``, the rows ``view[items[offsets[s]:offsets[s + 1]]]`` of a source
+    whose inner products ``G`` holds (``gram_matrix(view)``): sets of at most ``GRAM_SET_MAX``
+    rows then run on inner products (a Lloyd iteration costs n x (points moved), not n x K x a),
+    larger ones on their gathered rows."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ns = np.diff(offsets)
     first, u, ok = seeded_draws(seeds, ns, k)
     labels = np.full(int(offsets[-1]) if len(offsets) else 0, -1, dtype=np.int64)
     threads = 4 * numba.get_num_threads()
+    direct = np.ones(len(ns), dtype=bool)
     if gram is not None:
-        G, items = gram
-        nf = ns.astype(np.float64)
-        order, starts = balanced_blocks(nf * nf + nf * k, threads)
-        _all_sets_gram(G, np.ascontiguousarray(items, dtype=np.int64), offsets, order, starts, k, dims,
-                       first, u, max_iter, MARGIN, labels, ok)
-    else:
+        G, items, view = gram
+        items = np.ascontiguousarray(items, dtype=np.int64)
+        small = ns <= GRAM_SET_MAX
+        if small.any():
+            nf = np.where(small, ns, 0).astype(np.float64)
+            order, starts = balanced_blocks(nf * nf + nf * k, threads)
+            todo = ok & small
+            _all_sets_gram(G, items, offsets, order, starts, k, view.shape[1], first, u, max_iter, MARGIN, labels,
+                           todo)
+            ok = np.where(small, todo, ok)
+        direct = ~small
+        if direct.any():
+            x = np.zeros((len(items), view.shape[1]))
+            for s in np.flatnonzero(direct):
+                x[offsets[s] : offsets[s + 1]] = view[items[offsets[s] : offsets[s + 1]]]
+    if direct.any():
         assert x is not None
-        order, starts = balanced_blocks(ns.astype(np.float64) * (k + 8), threads)
-        _all_sets(np.ascontiguousarray(x, dtype=np.float64), offsets, order, starts, k, first, u, max_iter,
-                  MARGIN, labels, ok)
+        order, starts = balanced_blocks(np.where(direct, ns, 0).astype(np.float64) * (k + 8), threads)
+        todo = ok & direct
+        _all_sets(np.ascontiguousarray(x, dtype=np.float64), offsets, order, starts, k, first, u, max_iter, MARGIN,
+                  labels, todo)
+        ok = np.where(direct, todo, ok)
     return labels, ok
 
 
@@ -409,31 +481,40 @@ _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
 
 
-def shuffle_keys(seed: int, n: int) -> np.ndarray:
-    """Random sort keys of positions 0..n-1 (splitmix64 of seed + (j+1) * golden ratio): the
-    order ``argsort(keys)`` is a uniformly random permutation that depends only on (seed, n)."""
+def _splitmix(seed: int, j: np.ndarray) -> np.ndarray:
     with np.errstate(over="ignore"):
-        z = np.uint64(seed) + (np.arange(1, n + 1, dtype=np.uint64) * _GOLDEN)
+        z = np.uint64(seed) + (np.asarray(j, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
         z = (z ^ (z >> np.uint64(30))) * _MIX1
         z = (z ^ (z >> np.uint64(27))) * _MIX2
         return z ^ (z >> np.uint64(31))
 
 
 def partition_order(seed: int, n: int) -> np.ndarray:
-    """The random permutation of an elimination round (``shuffle_keys``, ties by position)."""
-    return np.argsort(shuffle_keys(seed, n), kind="stable")
+    """The random permutation of an elimination round: Fisher-Yates, position j (from n - 1 down
+    to 1) swapped with position splitmix64(seed, j) mod (j + 1). It depends only on (seed, n);
+    ``kernels._shuffle`` is the same loop compiled (this one is the readable reference)."""
+    perm = np.arange(n, dtype=np.int64)
+    draws = _splitmix(seed, np.arange(n))
+    for j in range(n - 1, 0, -1):
+        r = int(draws[j] % np.uint64(j + 1))
+        perm[j], perm[r] = perm[r], perm[j]
+    return perm
 
 
 @numba.njit(cache=True, nogil=True)
-def _keys(seed, n):  # pragma: no cover - compiled; the same numbers as shuffle_keys
-    out = np.empty(n, dtype=np.uint64)
+def _shuffle(seed, n):  # pragma: no cover - compiled; the same permutation as partition_order
+    perm = np.arange(n)
     s = np.uint64(seed)
-    for j in range(n):
+    for j in range(n - 1, 0, -1):
         z = s + np.uint64(j + 1) * np.uint64(0x9E3779B97F4A7C15)
         z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
         z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        out[j] = z ^ (z >> np.uint64(31))
-    return out
+        z = z ^ (z >> np.uint64(31))
+        r = np.int64(z % np.uint64(j + 1))
+        t = perm[j]
+        perm[j] = perm[r]
+        perm[r] = t
+    return perm
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -470,7 +551,7 @@ def _eliminate_all(vectors, cur, surv, offsets, seeds, width, frac, min_keep, ke
         for j in range(n):
             sc[j] = _score(vectors, surv[lo + j], cur, i)
         parts = width if min_keep <= 0 else max(1, min(width, n // min_keep))
-        perm = np.argsort(_keys(seeds[i], n), kind="mergesort")
+        perm = _shuffle(seeds[i], n)
         base, extra = n // parts, n % parts
         start = 0
         w = lo
@@ -483,16 +564,39 @@ def _eliminate_all(vectors, cur, surv, offsets, seeds, width, frac, min_keep, ke
             n_keep = max(1, min_keep, int(np.ceil(size * frac - 1e-9)))
             if n_keep > size:
                 n_keep = size
-            items = surv[lo + pos]
-            by_item = np.argsort(items, kind="mergesort")
-            neg = np.empty(size)
-            for j in range(size):
-                neg[j] = -sc[pos[by_item[j]]]
-            best = by_item[np.argsort(neg, kind="mergesort")]  # by score, ties by the lower item
-            for j in range(n_keep):
-                kept[w + j] = items[best[j]]
-            w += n_keep
             part_sizes[i, p] = n_keep
+            _top(surv, lo, sc, pos, n_keep, kept, w)
+            w += n_keep
+
+
+@numba.njit(cache=True, nogil=True)
+def _top(surv, lo, sc, pos, n_keep, kept, w):  # pragma: no cover - compiled
+    """The ``n_keep`` best of the part ``pos`` by (score descending, item ascending), in that
+    order, written to ``kept[w:w + n_keep]``: a partition to the n_keep-th score, then a sort of
+    the few kept (not of the whole part)."""
+    size = len(pos)
+    if n_keep < size:
+        neg = np.empty(size)
+        for j in range(size):
+            neg[j] = -sc[pos[j]]
+        thr = np.partition(neg, n_keep - 1)[n_keep - 1]  # the n_keep-th best score, negated
+        cand = np.empty(size, dtype=np.int64)
+        m = 0
+        for j in range(size):  # everything at least as good as the threshold (ties included)
+            if -sc[pos[j]] <= thr:
+                cand[m] = pos[j]
+                m += 1
+        cand = cand[:m]
+    else:
+        cand = pos.copy()
+    items = surv[lo + cand]
+    by_item = np.argsort(items, kind="mergesort")
+    neg2 = np.empty(len(cand))
+    for j in range(len(cand)):
+        neg2[j] = -sc[cand[by_item[j]]]
+    best = by_item[np.argsort(neg2, kind="mergesort")]  # by score, ties by the lower item
+    for j in range(n_keep):
+        kept[w + j] = items[best[j]]
 
 
 def eliminate_many(vectors: np.ndarray, cur: np.ndarray, survivors: np.ndarray, offsets: np.ndarray,

@@ -120,6 +120,11 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
     trace: list[dict] = []
     from .kernels import eliminate_many
 
+    if width == 1 and (keep if keep > 0 else 1.0) >= 1.0:  # one part keeping everything, every round:
+        sizes = [len(candidate_sets[i]) for i in range(n)]  # each E_m is E^(0) (the whole set), so is E^(t)
+        embs[1:] = E0
+        trace = [{"round": t + 1, "survivors": sizes, "kept_sizes": [[x] for x in sizes]} for t in range(depth)]
+        return TTSOutput(means=embs.copy(), embeddings=embs, trace=trace)
     for t in range(depth):
         cur = embs[t]
         rows, subsets, part_seeds, kept_sizes = [], [], [], []

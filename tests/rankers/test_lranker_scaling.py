@@ -17,7 +17,7 @@ from rbench_rankers.lranker.aggregation import (
     kmeans_slots,
     sample_slots,
 )
-from rbench_rankers.lranker.kernels import candidate_scores, eliminate_many, partition_order, shuffle_keys
+from rbench_rankers.lranker.kernels import candidate_scores, eliminate_many, partition_order
 from rbench_rankers.lranker.scaling import (
     RowView,
     chunk_rows,
@@ -396,14 +396,17 @@ def test_a_kept_subset_that_is_the_whole_candidate_set_gives_e0_without_clusteri
     two = graph_tts(E0, sets, vectors, 2, 1, encode, agg, [1, 2, 3])
     assert calls["agg"] == 6 and calls["encode"] == 6
     assert not np.allclose(two.embeddings[1], E0)
+    # a floor above the set's size: its one part keeps everything (the 60-item set), E^(0) again
+    floor = graph_tts(E0, sets, vectors, 3, 2, encode, agg, [1, 2, 3], min_keep=100)
+    assert [r["kept_sizes"][2] for r in floor.trace] == [[60], [60]]
+    np.testing.assert_allclose(floor.embeddings[:, 2], np.stack([E0[2]] * 3), rtol=1e-6)
+    assert not np.allclose(floor.embeddings[1, 0], E0[0])
 
 
 def test_eliminate_many_equals_eliminate_per_query():
     """The batched round (numba) against the per-query reference: the same kept subsets, for
     widths below and above the survivors, with and without the floor, with tied scores (ties go
     to the lower item) and with keep fractions; its shuffle keys are the reference's numbers."""
-    import numba
-
     from rbench_rankers.lranker import kernels
 
     rng = np.random.default_rng(8)
@@ -424,5 +427,9 @@ def test_eliminate_many_equals_eliminate_per_query():
             assert used == [len(r) for r in ref], (width, i)
             got = kept[offsets[i] : offsets[i] + sum(used)]
             np.testing.assert_array_equal(got, np.concatenate(ref))
-    keys = numba.njit(lambda s, n: kernels._keys(s, n))(123456789, 50)
-    np.testing.assert_array_equal(keys, shuffle_keys(123456789, 50))
+    for seed, n in [(123456789, 50), (0, 1), (7, 2), (2**31 - 1, 333)]:
+        np.testing.assert_array_equal(kernels._shuffle(seed, n), partition_order(seed, n))
+    counts = np.zeros((4, 4))  # every position reaches every place about equally often
+    for seed in range(4000):
+        counts[np.arange(4), partition_order(seed, 4)] += 1
+    assert np.abs(counts / 1000 - 1).max() < 0.12
