@@ -182,3 +182,26 @@ def test_raw_draws_are_numpys_stream():
     odd = [2**40 + 3, -1 + 2**33]
     np.testing.assert_array_equal(raw_draws(odd, 5), np.stack([np.random.default_rng(s).bit_generator.random_raw(5)
                                                                for s in odd]))
+
+
+def test_gram_matrix_is_kept_for_a_read_only_memory_map(tmp_path, monkeypatch):
+    """The embedding cache's read-only memory maps are the same source while the same object
+    (no digest of the pool per call); another map of the same file, or an in-memory copy, is
+    checked by content and computed again only when it differs."""
+    import rbench_rankers.lranker.kernels as kernels
+
+    made: list[tuple] = []
+    real = kernels.gram_matrix
+    monkeypatch.setattr(kernels, "gram_matrix", lambda v: made.append(v.shape) or real(v))
+    rng = np.random.default_rng(1)
+    np.save(tmp_path / "v.npy", rng.standard_normal((120, 10)).astype(np.float32))
+    pool = np.load(tmp_path / "v.npy", mmap_mode="r")
+    agg = Aggregator("kmeans", k=5, assign_dims=4)
+    subs = [rng.choice(120, 40, replace=False) for _ in range(4)]
+    first = agg.many(pool, subs, [1, 2, 3, 4])
+    agg.many(pool, subs, [1, 2, 3, 4])
+    assert made == [(120, 4)]
+    copy = np.array(pool)
+    np.testing.assert_array_equal(agg.many(copy, subs, [1, 2, 3, 4]), first)
+    agg.many(copy, subs, [1, 2, 3, 4])
+    assert made == [(120, 4), (120, 4)]
