@@ -158,15 +158,27 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
             else:
                 slots = np.stack([aggregate(np.asarray(agg_vectors[sub]), sd) for sub, sd in zip(subsets, part_seeds)])
             parts = np.asarray(encode_parts(rows_arr, slots), dtype=np.float32)
-            np.add.at(acc, rows_arr, parts)
+            _add_rows(acc, rows_arr, parts)
         whole_arr = np.asarray(whole, dtype=np.int64)
-        np.add.at(acc, whole_arr, E0[whole_arr].astype(np.float64))
+        _add_rows(acc, whole_arr, E0[whole_arr])
         counts = 1 + np.bincount(rows_arr, minlength=n) + np.bincount(whole_arr, minlength=n)
         embs[t + 1] = (acc / counts[:, None]).astype(np.float32)
         trace.append({"round": t + 1, "survivors": [int(len(s)) for s in survivors],
                       "kept_sizes": kept_sizes})
     means = np.cumsum(embs.astype(np.float64), axis=0) / np.arange(1, depth + 2)[:, None, None]
     return TTSOutput(means=means.astype(np.float32), embeddings=embs, trace=trace)
+
+
+def _add_rows(acc: np.ndarray, rows: np.ndarray, values: np.ndarray) -> None:
+    """``np.add.at(acc, rows, values)`` for ``rows`` in non-decreasing order (a round lists each
+    query's parts together, queries in order): one float64 sum per query."""
+    if len(rows) == 0:
+        return
+    if np.any(rows[1:] < rows[:-1]):  # not grouped: the general (slower) form
+        np.add.at(acc, rows, np.asarray(values, dtype=np.float64))
+        return
+    starts = np.flatnonzero(np.r_[True, rows[1:] != rows[:-1]])
+    acc[rows[starts]] += np.add.reduceat(np.asarray(values, dtype=np.float64), starts, axis=0)
 
 
 def _batches(n: int, first_round: bool, candidate_sets: Sequence[np.ndarray], survivors: list[np.ndarray],
