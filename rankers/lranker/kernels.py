@@ -362,8 +362,8 @@ GRAM_SET_MAX = 400  # larger sets: gathering their n x n inner products costs mo
 
 
 def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int = 100, *,
-               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
-               ) -> tuple[np.ndarray, np.ndarray]:
+               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
+               _draws: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """``lloyd_labels`` of every set s (each with more than ``k`` rows): labels (rows,) and ``ok``
     (sets,), False for a set whose labels must come from the reference instead (a draw numpy
     would reject, or a decision inside the margin). The rows of set s are either
@@ -374,10 +374,10 @@ def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int 
     larger ones on their gathered rows."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ns = np.diff(offsets)
-    first, u, ok = seeded_draws(seeds, ns, k)
+    first, u, ok = seeded_draws(seeds, ns, k) if _draws is None else _draws
+    ok = ok.copy()
     labels = np.full(int(offsets[-1]) if len(offsets) else 0, -1, dtype=np.int64)
     threads = 4 * numba.get_num_threads()
-    direct = np.ones(len(ns), dtype=bool)
     if gram is not None:
         G, items, view = gram
         items = np.ascontiguousarray(items, dtype=np.int64)
@@ -390,17 +390,20 @@ def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int 
                            todo)
             ok = np.where(small, todo, ok)
         direct = ~small
-        if direct.any():
-            x = np.zeros((len(items), view.shape[1]))
-            for s in np.flatnonzero(direct):
-                x[offsets[s] : offsets[s + 1]] = view[items[offsets[s] : offsets[s + 1]]]
-    if direct.any():
-        assert x is not None
-        order, starts = balanced_blocks(np.where(direct, ns, 0).astype(np.float64) * (k + 8), threads)
-        todo = ok & direct
-        _all_sets(np.ascontiguousarray(x, dtype=np.float64), offsets, order, starts, k, first, u, max_iter, MARGIN,
-                  labels, todo)
-        ok = np.where(direct, todo, ok)
+        big = np.flatnonzero(direct)
+        if len(big):  # only the large sets' rows, laid end to end
+            rows = np.concatenate([items[offsets[s] : offsets[s + 1]] for s in big])
+            sub = np.r_[0, np.cumsum(ns[big])]
+            sub_labels, sub_ok = lloyd_many(sub, k, [0] * len(big), max_iter, x=view[rows],
+                                            _draws=(first[big], u[big], ok[big]))
+            for j, s in enumerate(big):
+                labels[offsets[s] : offsets[s + 1]] = sub_labels[sub[j] : sub[j + 1]]
+            ok[big] = sub_ok
+        return labels, ok
+    assert x is not None
+    order, starts = balanced_blocks(ns.astype(np.float64) * (k + 8), threads)
+    _all_sets(np.ascontiguousarray(x, dtype=np.float64), offsets, order, starts, k, first, u, max_iter, MARGIN,
+              labels, ok)
     return labels, ok
 
 
