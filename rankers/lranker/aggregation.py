@@ -110,7 +110,7 @@ def lloyd_labels(x: np.ndarray, k: int, seed: int, max_iter: int = 100) -> np.nd
 
 
 # ------------------------------------------------------------------------------------------
-# many sets at once (``kernels.lloyd_many``): the same slots as ``kmeans_slots`` per set
+# many sets at once (``kmeans_many.lloyd_many``): the same slots as ``kmeans_slots`` per set
 # ------------------------------------------------------------------------------------------
 
 
@@ -136,9 +136,9 @@ def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: i
     (S, k, D) array, set for set the same slots.
 
     Sets of at most ``batch_size`` items (backend ``auto``) are clustered together by
-    ``kernels.lloyd_many`` (numba, one loop per set, the sets spread over the cores): k-means++
+    ``kmeans_many.lloyd_many`` (numba, one loop per set, the sets spread over the cores): k-means++
     with each set's draws from its own seeded stream, exactly as ``lloyd_labels`` consumes it,
-    then Lloyd iterations; their centroids by ``kernels.centroid_slots``. Every random draw and
+    then Lloyd iterations; their centroids by ``kmeans_many.centroid_slots``. Every random draw and
     every assignment is checked for a margin far above float64 rounding noise; a set where one is
     not (ties: duplicate points, fewer distinct points than K) is redone by ``kmeans_slots``, as
     are larger sets (MiniBatchKMeans) and sets of <= k items. ``gram=(G, view)``: the source's
@@ -164,7 +164,7 @@ def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: i
         done[s] = True
     batched = np.flatnonzero((ns > k) & (ns <= batch_size)) if backend == "auto" else np.zeros(0, dtype=np.int64)
     if len(batched):
-        from .kernels import centroid_slots, lloyd_many
+        from .kmeans_many import centroid_slots, lloyd_many
 
         offsets = np.r_[0, np.cumsum(ns[batched])]
         items = np.concatenate([subs[s] for s in batched])
@@ -316,7 +316,7 @@ class Aggregator:
             digest = hashlib.blake2b(np.ascontiguousarray(src).view(np.uint8), digest_size=16).digest()
             key = ("content", src.shape, src.dtype.str, dims, digest)
         if self._gram is None or self._gram[0] != key:
-            from .kernels import gram_matrix
+            from .kmeans_many import gram_matrix
 
             view = _assign_view(np.asarray(src, dtype=np.float32), dims)
             self._gram = (key, src, gram_matrix(view), view)  # holds ``src``: its id is not reused

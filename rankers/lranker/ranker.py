@@ -33,8 +33,12 @@ from .config import LRankerConfig
 # prompt, the options and this module (fit, validation: which weights are kept). Derived from that code (its AST, so comments and docstrings do not
 # count), never bumped by hand: any change to it gives new checkpoint keys, so a cache trained by
 # older code is never loaded by newer code. It is also the ranker's ``version`` in RunRecords.
-CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "config", "ranker"))
+CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "kmeans_many", "streams",
+                                                          "config", "ranker"))
 CODE_VERSION = ast_digest(CHECKPOINT_CODE, "rbench_rankers.lranker.ranker.CHECKPOINT_CODE")[:12]
+# what a cached width/depth selection also depends on: the test-time-scaling rounds
+SELECTION_CODE = tuple(f"{__package__}.{m}" for m in ("scaling", "elimination", "prefix"))
+SELECTION_VERSION = ast_digest(SELECTION_CODE, "rbench_rankers.lranker.ranker.SELECTION_CODE")[:12]
 
 
 def weights_digest(directory: Path) -> str:
@@ -566,7 +570,7 @@ class LRankerRanker(BaseRanker):
             valid = valid.take(rows)
         key = {"widths": widths, "depths": depths, "keep": cfg.tts_keep, "metric": cfg.select_metric,
                "alpha": cfg.select_alpha, "min_part": cfg.tts_min_part_factor, "rule": "cheapest-unless-significant",
-               "whole_set": "E0",  # a kept subset that is the whole candidate set gives E^(0) (scaling.py)
+               "code": CODE_VERSION, "tts_code": SELECTION_VERSION,
                "seed": self.seed, "valid": _digest(valid.positives.values, valid.ids.astype(str)),
                "assign_dims": cfg.assign_dims, "kmeans_batch_size": cfg.kmeans_batch_size,
                "kmeans_backend": cfg.kmeans_backend}

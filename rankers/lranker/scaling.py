@@ -77,11 +77,11 @@ class TTSOutput:
 
 def eliminate(survivors: np.ndarray, scores: np.ndarray, width: int, keep: float, seed: int,
               min_keep: int = 0) -> list[np.ndarray]:
-    """Random split of ``survivors`` into up to ``width`` parts (``kernels.partition_order``);
+    """Random split of ``survivors`` into up to ``width`` parts (``elimination.partition_order``);
     each part's top-ranked items (kept subsets), never fewer than ``min_keep`` per subset unless
-    fewer survivors exist. The reference of ``kernels.eliminate_many``, which runs it for every
+    fewer survivors exist. The reference of ``elimination.eliminate_many``, which runs it for every
     query of a round at once."""
-    from .kernels import partition_order
+    from .elimination import partition_order
 
     frac = keep if keep > 0 else 1.0 / width
     n = len(survivors)
@@ -118,7 +118,7 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
     survivors: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
     full_size = np.zeros(n, dtype=np.int64)
     trace: list[dict] = []
-    from .kernels import eliminate_many
+    from .elimination import eliminate_many
 
     if width == 1 and (keep if keep > 0 else 1.0) >= 1.0:  # one part keeping everything, every round:
         sizes = [len(candidate_sets[i]) for i in range(n)]  # each E_m is E^(0) (the whole set), so is E^(t)

@@ -102,7 +102,7 @@ def test_elimination_tie_at_the_cut_goes_to_the_lower_pool_index():
     scores = np.array([1.0, 2.0, 1.0, 1.0])  # 10 is best; 20, 30, 40 tie for the second place
     kept = eliminate(survivors, scores, width=1, keep=0.5, seed=0)
     assert [k.tolist() for k in kept] == [[10, 20]]
-    from rbench_rankers.lranker.kernels import eliminate_many  # the batched kernel: the same pin
+    from rbench_rankers.lranker.elimination import eliminate_many  # the batched kernel: the same pin
 
     vectors = np.zeros((41, 1), np.float32)
     vectors[survivors, 0] = scores

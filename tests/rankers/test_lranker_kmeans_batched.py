@@ -140,7 +140,7 @@ def test_gram_path_equals_the_reference_and_follows_its_source(monkeypatch):
     """``Aggregator.many`` on a pool small enough for its Gram matrix clusters through inner
     products (asserted: the Gram kernel ran), with the reference's slots for every kind of set
     (ties included, redone by the reference); a source changed in place gets a new matrix."""
-    import rbench_rankers.lranker.kernels as lloyd
+    import rbench_rankers.lranker.kmeans_many as lloyd
 
     used: list[bool] = []
     real = lloyd.lloyd_many
@@ -173,7 +173,7 @@ def test_gram_path_equals_the_reference_and_follows_its_source(monkeypatch):
 def test_raw_draws_are_numpys_stream():
     """The vectorised SeedSequence + PCG64 gives ``default_rng(seed)``'s raw words bit for bit
     (the batched K-means' k-means++ draws rest on it); seeds outside [0, 2**32) go through numpy."""
-    from rbench_rankers.lranker.kernels import raw_draws
+    from rbench_rankers.lranker.streams import raw_draws
 
     seeds = [0, 1, 2, 255, 65536, 2**31 - 1, 2**32 - 1, *np.random.default_rng(0).integers(0, 2**32, 300).tolist()]
     for k in (1, 20):
@@ -188,7 +188,7 @@ def test_gram_matrix_is_kept_for_a_read_only_memory_map(tmp_path, monkeypatch):
     """The embedding cache's read-only memory maps are the same source while the same object
     (no digest of the pool per call); another map of the same file, or an in-memory copy, is
     checked by content and computed again only when it differs."""
-    import rbench_rankers.lranker.kernels as kernels
+    import rbench_rankers.lranker.kmeans_many as kernels
 
     made: list[tuple] = []
     real = kernels.gram_matrix

@@ -17,7 +17,7 @@ from rbench_rankers.lranker.aggregation import (
     kmeans_slots,
     sample_slots,
 )
-from rbench_rankers.lranker.kernels import candidate_scores, eliminate_many, partition_order
+from rbench_rankers.lranker.elimination import candidate_scores, eliminate_many, partition_order
 from rbench_rankers.lranker.scaling import (
     RowView,
     chunk_rows,
@@ -407,7 +407,7 @@ def test_eliminate_many_equals_eliminate_per_query():
     """The batched round (numba) against the per-query reference: the same kept subsets, for
     widths below and above the survivors, with and without the floor, with tied scores (ties go
     to the lower item) and with keep fractions; its shuffle keys are the reference's numbers."""
-    from rbench_rankers.lranker import kernels
+    from rbench_rankers.lranker import elimination
 
     rng = np.random.default_rng(8)
     vectors = np.round(rng.standard_normal((400, 6)), 1).astype(np.float32)  # many exact ties
@@ -428,7 +428,7 @@ def test_eliminate_many_equals_eliminate_per_query():
             got = kept[offsets[i] : offsets[i] + sum(used)]
             np.testing.assert_array_equal(got, np.concatenate(ref))
     for seed, n in [(123456789, 50), (0, 1), (7, 2), (2**31 - 1, 333)]:
-        np.testing.assert_array_equal(kernels._shuffle(seed, n), partition_order(seed, n))
+        np.testing.assert_array_equal(elimination._shuffle(seed, n), partition_order(seed, n))
     counts = np.zeros((4, 4))  # every position reaches every place about equally often
     for seed in range(4000):
         counts[np.arange(4), partition_order(seed, 4)] += 1

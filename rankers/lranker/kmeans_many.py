@@ -1,4 +1,4 @@
-"""Exact K-means (k-means++ seeding, Lloyd iterations) of many small sets in one numba call.
+"""Exact K-means (k-means++ seeding, Lloyd iterations) of many sets in one numba call.
 
 Test-time scaling clusters hundreds of kept subsets per query (the paper's grid, widths 1-10 x
 depths 1-5, is 270 sets per query, most of them 40 items), and training clusters 20 partitions
@@ -9,7 +9,7 @@ sequential loop over its own rows, kept in cache, and the sets are spread over t
 The result is ``aggregation.lloyd_labels`` set for set, not an approximation of it:
 
 - each set's random draws are the ones its seeded ``numpy.random.Generator`` gives
-  ``lloyd_labels`` (``first_index``: ``integers(n)`` from one raw 64-bit draw; then one double per
+  ``lloyd_labels`` (``streams.seeded_draws``: ``integers(n)`` from one raw 64-bit draw; then one double per
   k-means++ pick, as ``Generator.choice(p=...)`` consumes them);
 - the arithmetic differs from numpy's only in summation order, so every decision (each k-means++
   pick against its cumulative probabilities, each point's nearest centre against the second
@@ -25,19 +25,9 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
-U53 = 1.0 / 9007199254740992.0  # numpy's Generator.random(): (next_uint64 >> 11) * 2**-53
+from .streams import seeded_draws
+
 MARGIN = 1e-9  # relative gap below which a decision is not trusted (float64 noise is ~1e-13)
-
-
-def first_index(raw: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """``Generator.integers(n)`` from one raw 64-bit draw each (numpy's buffered Lemire method:
-    the low 32 bits); False where numpy would reject that draw (then the set is redone exactly)."""
-    lo = (raw & np.uint64(0xFFFFFFFF)).astype(np.uint64)
-    nn = n.astype(np.uint64)
-    m = lo * nn  # < 2**64: both factors < 2**32
-    left = m & np.uint64(0xFFFFFFFF)
-    threshold = (np.uint64(1 << 32) - nn) % nn
-    return (m >> np.uint64(32)).astype(np.int64), ~((left < nn) & (left < threshold))
 
 
 @numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
@@ -346,18 +336,6 @@ def balanced_blocks(cost: np.ndarray, n_blocks: int) -> tuple[np.ndarray, np.nda
     return order.astype(np.int64), starts.astype(np.int64)
 
 
-def seeded_draws(seeds: Sequence[int], ns: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Each set's first centre (``integers(n)``), its k - 1 k-means++ uniforms and whether numpy
-    would have accepted that first draw, from ``default_rng(seed)``'s raw stream."""
-    S = len(ns)
-    raw = raw_draws(seeds, k) if S else np.zeros((0, k), dtype=np.uint64)
-    first, ok = first_index(raw[:, 0], ns)
-    u = np.ascontiguousarray((raw[:, 1:] >> np.uint64(11)).astype(np.float64) * U53)
-    if k == 1:
-        u = np.zeros((S, 1))
-    return first, u, ok
-
-
 GRAM_SET_MAX = 400  # larger sets: gathering their n x n inner products costs more than the direct path saves
 
 
@@ -473,236 +451,3 @@ def gram_matrix(assign: np.ndarray) -> np.ndarray:
     """Inner products of every pair of (assignment-view) source rows, float64."""
     a = np.asarray(assign, dtype=np.float64)
     return a @ a.T
-
-
-# ------------------------------------------------------------------------------------------
-# test-time scaling: one elimination round of many queries
-# ------------------------------------------------------------------------------------------
-
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
-
-
-def _splitmix(seed: int, j: np.ndarray) -> np.ndarray:
-    with np.errstate(over="ignore"):
-        z = np.uint64(seed) + (np.asarray(j, dtype=np.uint64) + np.uint64(1)) * _GOLDEN
-        z = (z ^ (z >> np.uint64(30))) * _MIX1
-        z = (z ^ (z >> np.uint64(27))) * _MIX2
-        return z ^ (z >> np.uint64(31))
-
-
-def partition_order(seed: int, n: int) -> np.ndarray:
-    """The random permutation of an elimination round: Fisher-Yates, position j (from n - 1 down
-    to 1) swapped with position splitmix64(seed, j) mod (j + 1). It depends only on (seed, n);
-    ``kernels._shuffle`` is the same loop compiled (this one is the readable reference)."""
-    perm = np.arange(n, dtype=np.int64)
-    draws = _splitmix(seed, np.arange(n))
-    for j in range(n - 1, 0, -1):
-        r = int(draws[j] % np.uint64(j + 1))
-        perm[j], perm[r] = perm[r], perm[j]
-    return perm
-
-
-@numba.njit(cache=True, nogil=True)
-def _shuffle(seed, n):  # pragma: no cover - compiled; the same permutation as partition_order
-    perm = np.arange(n)
-    s = np.uint64(seed)
-    for j in range(n - 1, 0, -1):
-        z = s + np.uint64(j + 1) * np.uint64(0x9E3779B97F4A7C15)
-        z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
-        z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
-        z = z ^ (z >> np.uint64(31))
-        r = np.int64(z % np.uint64(j + 1))
-        t = perm[j]
-        perm[j] = perm[r]
-        perm[r] = t
-    return perm
-
-
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _score(vectors, r, cur, i):  # pragma: no cover - compiled
-    acc = 0.0
-    for t in range(vectors.shape[1]):
-        acc += np.float64(vectors[r, t]) * np.float64(cur[i, t])
-    return acc
-
-
-@numba.njit(cache=True, nogil=True)
-def _scores_of(vectors, items, e):  # pragma: no cover - compiled
-    out = np.empty(len(items))
-    for j in range(len(items)):
-        out[j] = _score(vectors, items[j], e, 0)
-    return out
-
-
-def candidate_scores(vectors: np.ndarray, items: np.ndarray, e: np.ndarray) -> np.ndarray:
-    """<e, vectors[c]> for c in ``items``, float64, by the arithmetic of ``eliminate_many`` (the
-    same bits, so that the per-query reference sees the same ties)."""
-    return _scores_of(np.asarray(vectors), np.ascontiguousarray(items, dtype=np.int64),
-                      np.ascontiguousarray(np.asarray(e, dtype=np.float32).reshape(1, -1)))
-
-
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _eliminate_all(vectors, cur, surv, offsets, seeds, width, frac, min_keep, kept, part_sizes):  # pragma: no cover - compiled
-    for i in numba.prange(len(offsets) - 1):
-        lo, hi = offsets[i], offsets[i + 1]
-        n = hi - lo
-        if n == 0:
-            continue
-        sc = np.empty(n)
-        for j in range(n):
-            sc[j] = _score(vectors, surv[lo + j], cur, i)
-        parts = width if min_keep <= 0 else max(1, min(width, n // min_keep))
-        perm = _shuffle(seeds[i], n)
-        base, extra = n // parts, n % parts
-        start = 0
-        w = lo
-        for p in range(parts):
-            size = base + (1 if p < extra else 0)
-            if size == 0:
-                continue
-            pos = perm[start : start + size]
-            start += size
-            n_keep = max(1, min_keep, int(np.ceil(size * frac - 1e-9)))
-            if n_keep > size:
-                n_keep = size
-            part_sizes[i, p] = n_keep
-            _top(surv, lo, sc, pos, n_keep, kept, w)
-            w += n_keep
-
-
-@numba.njit(cache=True, nogil=True)
-def _top(surv, lo, sc, pos, n_keep, kept, w):  # pragma: no cover - compiled
-    """The ``n_keep`` best of the part ``pos`` by (score descending, item ascending), in that
-    order, written to ``kept[w:w + n_keep]``: a partition to the n_keep-th score, then a sort of
-    the few kept (not of the whole part)."""
-    size = len(pos)
-    if n_keep < size:
-        neg = np.empty(size)
-        for j in range(size):
-            neg[j] = -sc[pos[j]]
-        thr = np.partition(neg, n_keep - 1)[n_keep - 1]  # the n_keep-th best score, negated
-        cand = np.empty(size, dtype=np.int64)
-        m = 0
-        for j in range(size):  # everything at least as good as the threshold (ties included)
-            if -sc[pos[j]] <= thr:
-                cand[m] = pos[j]
-                m += 1
-        cand = cand[:m]
-    else:
-        cand = pos.copy()
-    items = surv[lo + cand]
-    by_item = np.argsort(items, kind="mergesort")
-    neg2 = np.empty(len(cand))
-    for j in range(len(cand)):
-        neg2[j] = -sc[cand[by_item[j]]]
-    best = by_item[np.argsort(neg2, kind="mergesort")]  # by score, ties by the lower item
-    for j in range(n_keep):
-        kept[w + j] = items[best[j]]
-
-
-def eliminate_many(vectors: np.ndarray, cur: np.ndarray, survivors: np.ndarray, offsets: np.ndarray,
-                   seeds: Sequence[int], width: int, keep: float, min_keep: int) -> tuple[np.ndarray, np.ndarray]:
-    """One elimination round (``scaling.eliminate``) of every query i: its survivors
-    ``survivors[offsets[i]:offsets[i + 1]]`` scored by <cur[i], vectors[c]> (float64 sums), split
-    by ``partition_order(seeds[i], n)``. Returns the kept items (laid out at the same offsets,
-    each query's kept subsets one after the other) and the kept subsets' sizes (queries, width;
-    0 for a part not used)."""
-    frac = keep if keep > 0 else 1.0 / width
-    offsets = np.asarray(offsets, dtype=np.int64)
-    kept = np.full(len(survivors), -1, dtype=np.int64)
-    sizes = np.zeros((len(offsets) - 1, width), dtype=np.int64)
-    _eliminate_all(np.asarray(vectors), np.ascontiguousarray(cur, dtype=np.float32),
-                   np.ascontiguousarray(survivors, dtype=np.int64), offsets,
-                   np.asarray([int(s) for s in seeds], dtype=np.uint64), int(width), float(frac), int(min_keep),
-                   kept, sizes)
-    return kept, sizes
-
-
-# ------------------------------------------------------------------------------------------
-# numpy's default_rng(seed).bit_generator.random_raw(k), for many seeds at once
-# ------------------------------------------------------------------------------------------
-
-_M32 = np.uint64(0xFFFFFFFF)
-_PCG_MULT = (np.uint64(0x2360ED051FC65DA4), np.uint64(0x4385DF649FCCF645))
-
-
-def _u32(x: np.ndarray) -> np.ndarray:
-    return x & _M32
-
-
-def _mulhi64(a: np.ndarray, b: np.ndarray) -> np.ndarray:
-    """High 64 bits of the 128-bit products a * b (uint64 arrays), from 32-bit halves."""
-    a_lo, a_hi, b_lo, b_hi = a & _M32, a >> np.uint64(32), b & _M32, b >> np.uint64(32)
-    ll, lh, hl, hh = a_lo * b_lo, a_lo * b_hi, a_hi * b_lo, a_hi * b_hi
-    mid = (ll >> np.uint64(32)) + (lh & _M32) + (hl & _M32)
-    return hh + (lh >> np.uint64(32)) + (hl >> np.uint64(32)) + (mid >> np.uint64(32))
-
-
-def _mul128(a_hi: np.ndarray, a_lo: np.ndarray, b_hi: np.uint64, b_lo: np.uint64) -> tuple[np.ndarray, np.ndarray]:
-    lo = a_lo * b_lo
-    hi = _mulhi64(a_lo, np.full_like(a_lo, b_lo)) + a_hi * b_lo + a_lo * b_hi
-    return hi, lo
-
-
-def _add128(a_hi, a_lo, b_hi, b_lo):
-    lo = a_lo + b_lo
-    return a_hi + b_hi + (lo < a_lo).astype(np.uint64), lo
-
-
-def raw_draws(seeds: Sequence[int], k: int) -> np.ndarray:
-    """(len(seeds), k) uint64: ``np.random.default_rng(s).bit_generator.random_raw(k)`` for each
-    seed s in [0, 2**32), computed together: numpy's SeedSequence (a pool of 4 words mixed from
-    the one entropy word, then ``generate_state(4, uint64)``) seeding PCG64 (128-bit LCG, XSL-RR
-    output), vectorised over the seeds. Bit for bit numpy's stream (tested against it); about
-    50x faster than constructing one Generator per set, which test-time scaling did 270 times
-    per query."""
-    s = np.asarray([int(x) for x in seeds], dtype=np.int64)
-    if len(s) and (s.min() < 0 or s.max() > 0xFFFFFFFF):
-        return np.stack([np.random.default_rng(int(x)).bit_generator.random_raw(k) for x in seeds])
-    with np.errstate(over="ignore"):
-        ent = s.astype(np.uint64)
-        hash_a = np.uint64(0x43B0D7E5)
-
-        def hashmix(v: np.ndarray, const: np.uint64) -> tuple[np.ndarray, np.uint64]:
-            v = _u32(v ^ const)
-            const = np.uint64((int(const) * 0x931E8875) & 0xFFFFFFFF)
-            v = _u32(v * const)
-            return _u32(v ^ (v >> np.uint64(16))), const
-
-        def mix(x: np.ndarray, y: np.ndarray) -> np.ndarray:
-            r = _u32(_u32(np.uint64(0xCA01F9DD) * x) - _u32(np.uint64(0x4973F715) * y))
-            return _u32(r ^ (r >> np.uint64(16)))
-
-        pool = []
-        for i in range(4):
-            v, hash_a = hashmix(ent if i == 0 else np.zeros_like(ent), hash_a)
-            pool.append(v)
-        for i_src in range(4):
-            for i_dst in range(4):
-                if i_src != i_dst:
-                    h, hash_a = hashmix(pool[i_src], hash_a)
-                    pool[i_dst] = mix(pool[i_dst], h)
-        hash_b = 0x8B51F9DD
-        words = []
-        for i in range(8):  # generate_state(4, uint64): 8 uint32 words, cycling over the pool
-            v = _u32(pool[i % 4] ^ np.uint64(hash_b))
-            hash_b = (hash_b * 0x58F38DED) & 0xFFFFFFFF
-            v = _u32(v * np.uint64(hash_b))
-            words.append(_u32(v ^ (v >> np.uint64(16))))
-        w64 = [words[2 * i] | (words[2 * i + 1] << np.uint64(32)) for i in range(4)]
-        # pcg64_set_seed: state = 0; inc = (initseq << 1) | 1; step; state += initstate; step
-        init_hi, init_lo, seq_hi, seq_lo = w64
-        inc_hi = (seq_hi << np.uint64(1)) | (seq_lo >> np.uint64(63))
-        inc_lo = (seq_lo << np.uint64(1)) | np.uint64(1)
-        st_hi, st_lo = inc_hi.copy(), inc_lo.copy()  # 0 * mult + inc
-        st_hi, st_lo = _add128(st_hi, st_lo, init_hi, init_lo)
-        st_hi, st_lo = _add128(*_mul128(st_hi, st_lo, *_PCG_MULT), inc_hi, inc_lo)
-        out = np.empty((len(s), k), dtype=np.uint64)
-        for j in range(k):
-            st_hi, st_lo = _add128(*_mul128(st_hi, st_lo, *_PCG_MULT), inc_hi, inc_lo)
-            x = st_hi ^ st_lo
-            rot = st_hi >> np.uint64(58)
-            out[:, j] = (x >> rot) | (x << ((np.uint64(64) - rot) & np.uint64(63)))
-    return out
