@@ -39,6 +39,70 @@ def _dot(x, i, y, j, a):  # pragma: no cover - compiled (not inlined by numba: t
 
 
 @numba.njit(cache=True, nogil=True)
+def _nearest(dist, scale, margin):  # pragma: no cover - compiled
+    """(index, value) of the smallest squared distance; index -1 when the second smallest is not
+    clear of it by the margin (the caller redoes the set)."""
+    best = np.inf
+    second = np.inf
+    bj = -1
+    for j in range(len(dist)):
+        v = dist[j]
+        if v < best:
+            second = best
+            best = v
+            bj = j
+        elif v < second:
+            second = v
+    if not second - best > margin * (scale + abs(best)):
+        return -1, best
+    return bj, best
+
+
+@numba.njit(cache=True, nogil=True)
+def _kpp_step(d2, cdf, ip, sq, c, first, a, scale, uu, margin):  # pragma: no cover - compiled
+    """One k-means++ step after centre ``c`` (``ip``: every point's inner product with it): each
+    point's squared distance to its nearest centre so far, then the next pick (``_kpp_pick``)."""
+    n = len(d2)
+    for i in range(n):
+        v = sq[i] - 2.0 * ip[i] + sq[c]
+        if v < 0.0:
+            v = 0.0
+        if first or v < d2[i]:
+            d2[i] = v
+    return _kpp_pick(d2, cdf, n, a, scale, uu, margin)
+
+
+@numba.njit(cache=True, nogil=True)
+def _kpp_pick(d2, cdf, n, a, scale, uu, margin):  # pragma: no cover - compiled
+    """The k-means++ pick ``Generator.choice(n, p=d2 / d2.sum())`` makes with the uniform ``uu``
+    (numpy: cumsum(p), divided by its last value, searched on the right); -1 when the sum is
+    (near) zero or ``uu`` falls within the margin of a boundary (the caller redoes the set)."""
+    total = 0.0
+    for i in range(n):
+        total += d2[i]
+    if not total > 1e-6 * scale:  # (near) all duplicates of the chosen centres
+        return -1
+    run = 0.0
+    for i in range(n):
+        run += d2[i] / total
+        cdf[i] = run
+    last = cdf[n - 1]
+    pick = 0
+    for i in range(n):
+        cdf[i] /= last
+        if cdf[i] <= uu:
+            pick += 1
+    if pick > n - 1:
+        pick = n - 1
+    tol = margin + n * a * 1e-15 * scale / total
+    if pick > 0 and not uu - cdf[pick - 1] > tol:
+        return -1
+    if not cdf[pick] - uu > tol:
+        return -1
+    return pick
+
+
+@numba.njit(cache=True, nogil=True)
 def _one_set(x, lo, hi, k, first, u, max_iter, margin, labels):  # pragma: no cover - compiled
     """One set's k-means++ and Lloyd iterations, labels written into ``labels[lo:hi]``; False when
     a decision fell inside the margin."""
@@ -56,36 +120,13 @@ def _one_set(x, lo, hi, k, first, u, max_iter, margin, labels):  # pragma: no co
     idx[0] = first
     d2 = np.empty(n)
     cdf = np.empty(n)
+    ip = np.empty(n)
     for j in range(1, k):
         c = idx[j - 1]
         for i in range(n):
-            v = sq[i] - 2.0 * _dot(x, lo + i, x, lo + c, a) + sq[c]
-            if v < 0.0:
-                v = 0.0
-            if j == 1 or v < d2[i]:
-                d2[i] = v
-        total = 0.0
-        for i in range(n):
-            total += d2[i]
-        if not total > 1e-6 * scale:  # (near) all duplicates of the chosen centres
-            return False
-        run = 0.0
-        for i in range(n):  # Generator.choice: cumsum(p), divided by its last value
-            run += d2[i] / total
-            cdf[i] = run
-        last = cdf[n - 1]
-        uu = u[j - 1]
-        pick = 0
-        for i in range(n):
-            cdf[i] /= last
-            if cdf[i] <= uu:
-                pick += 1
-        if pick > n - 1:
-            pick = n - 1
-        tol = margin + n * a * 1e-15 * scale / total
-        if pick > 0 and not uu - cdf[pick - 1] > tol:
-            return False
-        if not cdf[pick] - uu > tol:
+            ip[i] = _dot(x, lo + i, x, lo + c, a)
+        pick = _kpp_step(d2, cdf, ip, sq, c, j == 1, a, scale, u[j - 1], margin)
+        if pick < 0:
             return False
         idx[j] = pick
     cent = np.empty((k, a))
@@ -105,6 +146,7 @@ def _lloyd_bounded(x, lo, n, k, a, sq, scale, cent, max_iter, margin, labels):  
     distance. The bounds carry a slack far above rounding error and the skip also demands the
     reference's margin, so a skipped point is one whose label ``lloyd_labels`` would also keep."""
     ub = np.empty(n)
+    dist = np.empty(k)
     lbk = np.empty((n, k))
     cn = np.empty(k)
     prev = np.empty(n, dtype=np.int64)
@@ -133,19 +175,11 @@ def _lloyd_bounded(x, lo, n, k, a, sq, scale, cent, max_iter, margin, labels):  
                 hi_b = ub[i] + tol
                 if lo_b > hi_b and lo_b * lo_b - hi_b * hi_b > margin * (scale + hi_b * hi_b):
                     continue
-            best = np.inf
-            second = np.inf
-            bj = -1
             for j in range(k):
-                v = sq[i] - 2.0 * _dot(x, lo + i, cent, j, a) + cn[j]
-                lbk[i, j] = np.sqrt(max(v, 0.0))
-                if v < best:
-                    second = best
-                    best = v
-                    bj = j
-                elif v < second:
-                    second = v
-            if not second - best > margin * (scale + abs(best)):
+                dist[j] = sq[i] - 2.0 * _dot(x, lo + i, cent, j, a) + cn[j]
+                lbk[i, j] = np.sqrt(max(dist[j], 0.0))
+            bj, best = _nearest(dist, scale, margin)
+            if bj < 0:
                 return False
             ub[i] = np.sqrt(max(best, 0.0))
             if bj != own:
@@ -219,36 +253,11 @@ def _one_set_gram(G, items, lo, hi, k, a, first, u, max_iter, margin, labels):  
     cdf = np.empty(n)
     for j in range(1, k):
         c = idx[j - 1]
-        for i in range(n):
-            v = sq[i] - 2.0 * g[c, i] + sq[c]
-            if v < 0.0:
-                v = 0.0
-            if j == 1 or v < d2[i]:
-                d2[i] = v
-        total = 0.0
-        for i in range(n):
-            total += d2[i]
-        if not total > 1e-6 * scale:
-            return False
-        run = 0.0
-        for i in range(n):
-            run += d2[i] / total
-            cdf[i] = run
-        last = cdf[n - 1]
-        uu = u[j - 1]
-        pick = 0
-        for i in range(n):
-            cdf[i] /= last
-            if cdf[i] <= uu:
-                pick += 1
-        if pick > n - 1:
-            pick = n - 1
-        tol = margin + n * a * 1e-15 * scale / total
-        if pick > 0 and not uu - cdf[pick - 1] > tol:
-            return False
-        if not cdf[pick] - uu > tol:
+        pick = _kpp_step(d2, cdf, g[c], sq, c, j == 1, a, scale, u[j - 1], margin)
+        if pick < 0:
             return False
         idx[j] = pick
+    dist = np.empty(k)
     dotc = np.empty((n, k))  # x_i . c_j
     cn = np.empty(k)  # |c_j|^2
     for j in range(k):
@@ -262,18 +271,10 @@ def _one_set_gram(G, items, lo, hi, k, a, first, u, max_iter, margin, labels):  
     for _ in range(max_iter):
         changed = False
         for i in range(n):
-            best = np.inf
-            second = np.inf
-            bj = -1
             for j in range(k):
-                v = sq[i] - 2.0 * dotc[i, j] + cn[j]
-                if v < best:
-                    second = best
-                    best = v
-                    bj = j
-                elif v < second:
-                    second = v
-            if not second - best > margin * (scale + abs(best)):
+                dist[j] = sq[i] - 2.0 * dotc[i, j] + cn[j]
+            bj, _ = _nearest(dist, scale, margin)
+            if bj < 0:
                 return False
             old = lab[i]
             if bj != old:
