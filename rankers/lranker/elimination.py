@@ -9,6 +9,8 @@ from collections.abc import Sequence
 import numba
 import numpy as np
 
+from .threads import parallel_ok
+
 _GOLDEN = np.uint64(0x9E3779B97F4A7C15)
 _MIX1 = np.uint64(0xBF58476D1CE4E5B9)
 _MIX2 = np.uint64(0x94D049BB133111EB)
@@ -73,33 +75,39 @@ def candidate_scores(vectors: np.ndarray, items: np.ndarray, e: np.ndarray) -> n
                       np.ascontiguousarray(np.asarray(e, dtype=np.float32).reshape(1, -1)))
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def _eliminate_all(vectors, cur, surv, offsets, seeds, width, frac, min_keep, kept, part_sizes):  # pragma: no cover - compiled
-    for i in numba.prange(len(offsets) - 1):
-        lo, hi = offsets[i], offsets[i + 1]
-        n = hi - lo
-        if n == 0:
+@numba.njit(cache=True, nogil=True)
+def _eliminate_one(vectors, cur, surv, lo, hi, i, seed, width, frac, min_keep, kept, part_sizes):  # pragma: no cover
+    """Query i's round: its survivors ``surv[lo:hi]`` scored, shuffled, split, each part's best kept."""
+    n = hi - lo
+    if n == 0:
+        return
+    sc = np.empty(n)
+    for j in range(n):
+        sc[j] = _score(vectors, surv[lo + j], cur, i)
+    parts = width if min_keep <= 0 else max(1, min(width, n // min_keep))
+    perm = _shuffle(seed, n)
+    base, extra = n // parts, n % parts
+    start = 0
+    w = lo
+    for p in range(parts):
+        size = base + (1 if p < extra else 0)
+        if size == 0:
             continue
-        sc = np.empty(n)
-        for j in range(n):
-            sc[j] = _score(vectors, surv[lo + j], cur, i)
-        parts = width if min_keep <= 0 else max(1, min(width, n // min_keep))
-        perm = _shuffle(seeds[i], n)
-        base, extra = n // parts, n % parts
-        start = 0
-        w = lo
-        for p in range(parts):
-            size = base + (1 if p < extra else 0)
-            if size == 0:
-                continue
-            pos = perm[start : start + size]
-            start += size
-            n_keep = max(1, min_keep, int(np.ceil(size * frac - 1e-9)))
-            if n_keep > size:
-                n_keep = size
-            part_sizes[i, p] = n_keep
-            _top(surv, lo, sc, pos, n_keep, kept, w)
-            w += n_keep
+        pos = perm[start : start + size]
+        start += size
+        n_keep = max(1, min_keep, int(np.ceil(size * frac - 1e-9)))
+        if n_keep > size:
+            n_keep = size
+        part_sizes[i, p] = n_keep
+        _top(surv, lo, sc, pos, n_keep, kept, w)
+        w += n_keep
+
+
+@numba.njit(parallel=True, cache=True, nogil=True)
+def _eliminate_all(vectors, cur, surv, offsets, seeds, width, frac, min_keep, kept, part_sizes):  # pragma: no cover
+    for i in numba.prange(len(offsets) - 1):
+        _eliminate_one(vectors, cur, surv, offsets[i], offsets[i + 1], i, seeds[i], width, frac, min_keep, kept,
+                       part_sizes)
 
 
 @numba.njit(cache=True, nogil=True)
@@ -143,10 +151,15 @@ def eliminate_many(vectors: np.ndarray, cur: np.ndarray, survivors: np.ndarray, 
     offsets = np.asarray(offsets, dtype=np.int64)
     kept = np.full(len(survivors), -1, dtype=np.int64)
     sizes = np.zeros((len(offsets) - 1, width), dtype=np.int64)
-    _eliminate_all(np.asarray(vectors), np.ascontiguousarray(cur, dtype=np.float32),
-                   np.ascontiguousarray(survivors, dtype=np.int64), offsets,
-                   np.asarray([int(s) for s in seeds], dtype=np.uint64), int(width), float(frac), int(min_keep),
-                   kept, sizes)
+    args = (np.asarray(vectors), np.ascontiguousarray(cur, dtype=np.float32),
+            np.ascontiguousarray(survivors, dtype=np.int64))
+    seeds_u = np.asarray([int(s) for s in seeds], dtype=np.uint64)
+    if parallel_ok():
+        _eliminate_all(*args, offsets, seeds_u, int(width), float(frac), int(min_keep), kept, sizes)
+    else:  # a forked worker (``threads.parallel_ok``): the queries one after the other
+        for i in range(len(offsets) - 1):
+            _eliminate_one(*args, offsets[i], offsets[i + 1], i, seeds_u[i], int(width), float(frac), int(min_keep),
+                           kept, sizes)
     return kept, sizes
 
 

@@ -26,6 +26,7 @@ import numba
 import numpy as np
 
 from .streams import seeded_draws
+from .threads import parallel_ok
 
 MARGIN = 1e-9  # relative gap below which a decision is not trusted (float64 noise is ~1e-13)
 
@@ -365,8 +366,13 @@ def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int 
             nf = np.where(small, ns, 0).astype(np.float64)
             order, starts = balanced_blocks(nf * nf + nf * k, threads)
             todo = ok & small
-            _all_sets_gram(G, items, offsets, order, starts, k, view.shape[1], first, u, max_iter, MARGIN, labels,
-                           todo)
+            if parallel_ok():
+                _all_sets_gram(G, items, offsets, order, starts, k, view.shape[1], first, u, max_iter, MARGIN,
+                               labels, todo)
+            else:
+                for s in np.flatnonzero(todo):
+                    todo[s] = _one_set_gram(G, items, offsets[s], offsets[s + 1], k, view.shape[1], first[s], u[s],
+                                            max_iter, MARGIN, labels)
             ok = np.where(small, todo, ok)
         direct = ~small
         big = np.flatnonzero(direct)
@@ -381,55 +387,64 @@ def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int 
         return labels, ok
     assert x is not None
     order, starts = balanced_blocks(ns.astype(np.float64) * (k + 8), threads)
-    _all_sets(np.ascontiguousarray(x, dtype=np.float64), offsets, order, starts, k, first, u, max_iter, MARGIN,
-              labels, ok)
+    x = np.ascontiguousarray(x, dtype=np.float64)
+    if parallel_ok():
+        _all_sets(x, offsets, order, starts, k, first, u, max_iter, MARGIN, labels, ok)
+    else:
+        for s in np.flatnonzero(ok):
+            ok[s] = _one_set(x, offsets[s], offsets[s + 1], k, first[s], u[s], max_iter, MARGIN, labels)
     return labels, ok
+
+
+@numba.njit(cache=True, nogil=True)
+def _centroid_one(V, rows, lo, hi, labels, k, out):  # pragma: no cover - compiled
+    """One set's slots into ``out`` (k, D); False when two equal-sized clusters' keys are too
+    close to order (the caller takes the set from the reference)."""
+    D = V.shape[1]
+    sums = np.zeros((k, D))
+    cnt = np.zeros(k, dtype=np.int64)
+    key = np.zeros(k)
+    for i in range(lo, hi):
+        c = labels[i]
+        r = rows[i]
+        cnt[c] += 1
+        key[c] += V[r, 0]
+        for t in range(D):
+            sums[c, t] += V[r, t]
+    order = np.empty(k, dtype=np.int64)
+    m = 0
+    for c in range(k):
+        if cnt[c] > 0:
+            key[c] /= cnt[c]
+            order[m] = c
+            m += 1
+    for a in range(1, m):  # insertion sort by (-size, key); stable like numpy's lexsort
+        c = order[a]
+        b = a - 1
+        while b >= 0 and (cnt[order[b]] < cnt[c] or (cnt[order[b]] == cnt[c] and key[order[b]] > key[c])):
+            order[b + 1] = order[b]
+            b -= 1
+        order[b + 1] = c
+    big = 0.0
+    for a in range(m):
+        if abs(key[order[a]]) > big:
+            big = abs(key[order[a]])
+    for a in range(m - 1):
+        c, d = order[a], order[a + 1]
+        if cnt[c] == cnt[d] and abs(key[d] - key[c]) <= 1e-5 * (big + 1e-30):
+            return False
+    for j in range(k):
+        c = order[j % m]
+        for t in range(D):
+            out[j, t] = np.float32(sums[c, t] / cnt[c])
+    return True
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
 def _centroids(V, rows, offsets, labels, k, todo, out, ambiguous):  # pragma: no cover - compiled
-    D = V.shape[1]
     for s in numba.prange(len(offsets) - 1):
-        if not todo[s]:
-            continue
-        sums = np.zeros((k, D))
-        cnt = np.zeros(k, dtype=np.int64)
-        key = np.zeros(k)
-        for i in range(offsets[s], offsets[s + 1]):
-            c = labels[i]
-            r = rows[i]
-            cnt[c] += 1
-            key[c] += V[r, 0]
-            for t in range(D):
-                sums[c, t] += V[r, t]
-        order = np.empty(k, dtype=np.int64)
-        m = 0
-        for c in range(k):
-            if cnt[c] > 0:
-                key[c] /= cnt[c]
-                order[m] = c
-                m += 1
-        for a in range(1, m):  # insertion sort by (-size, key); stable like numpy's lexsort
-            c = order[a]
-            b = a - 1
-            while b >= 0 and (cnt[order[b]] < cnt[c] or (cnt[order[b]] == cnt[c] and key[order[b]] > key[c])):
-                order[b + 1] = order[b]
-                b -= 1
-            order[b + 1] = c
-        big = 0.0
-        for a in range(m):
-            if abs(key[order[a]]) > big:
-                big = abs(key[order[a]])
-        for a in range(m - 1):
-            c, d = order[a], order[a + 1]
-            if cnt[c] == cnt[d] and abs(key[d] - key[c]) <= 1e-5 * (big + 1e-30):
-                ambiguous[s] = True
-        if ambiguous[s]:
-            continue
-        for j in range(k):
-            c = order[j % m]
-            for t in range(D):
-                out[s, j, t] = np.float32(sums[c, t] / cnt[c])
+        if todo[s]:
+            ambiguous[s] = not _centroid_one(V, rows, offsets[s], offsets[s + 1], labels, k, out[s])
 
 
 def centroid_slots(V: np.ndarray, rows: np.ndarray, offsets: np.ndarray, labels: np.ndarray, k: int,
@@ -443,8 +458,14 @@ def centroid_slots(V: np.ndarray, rows: np.ndarray, offsets: np.ndarray, labels:
     S = len(offsets) - 1
     out = np.zeros((S, k, V.shape[1]), dtype=np.float32)
     ambiguous = np.zeros(S, dtype=np.bool_)
-    _centroids(V, np.ascontiguousarray(rows, dtype=np.int64), np.asarray(offsets, dtype=np.int64),
-               np.ascontiguousarray(labels, dtype=np.int64), k, np.asarray(todo, dtype=np.bool_), out, ambiguous)
+    rows = np.ascontiguousarray(rows, dtype=np.int64)
+    offsets = np.asarray(offsets, dtype=np.int64)
+    labels = np.ascontiguousarray(labels, dtype=np.int64)
+    if parallel_ok():
+        _centroids(V, rows, offsets, labels, k, np.asarray(todo, dtype=np.bool_), out, ambiguous)
+    else:
+        for s in np.flatnonzero(todo):
+            ambiguous[s] = not _centroid_one(V, rows, offsets[s], offsets[s + 1], labels, k, out[s])
     return out, ambiguous
 
 

@@ -205,3 +205,39 @@ def test_gram_matrix_is_kept_for_a_read_only_memory_map(tmp_path, monkeypatch):
     np.testing.assert_array_equal(agg.many(copy, subs, [1, 2, 3, 4]), first)
     agg.many(copy, subs, [1, 2, 3, 4])
     assert made == [(120, 4), (120, 4)]
+
+
+class _WorkerSets:
+    """A DataLoader dataset that clusters and eliminates in its (forked) worker processes."""
+
+    def __init__(self, pool, subsets):
+        self.pool, self.subsets = pool, subsets
+
+    def __len__(self) -> int:
+        return 2
+
+    def __getitem__(self, i):
+        from rbench_rankers.lranker.elimination import eliminate_many
+
+        slots = Aggregator("kmeans", k=5, assign_dims=8).many(self.pool, self.subsets, list(range(len(self.subsets))))
+        offsets = np.r_[0, np.cumsum([len(s) for s in self.subsets])]
+        kept, _ = eliminate_many(self.pool, self.pool[:len(self.subsets)], np.concatenate(self.subsets), offsets,
+                                 list(range(len(self.subsets))), 3, 0.0, 0)
+        return slots, kept
+
+
+def test_batched_kernels_run_in_forked_dataloader_workers():
+    """Training's DataLoader workers are forked after the parent has used numba's OpenMP layer,
+    which terminates a child entering a parallel region: the kernels run serially there
+    (``threads.parallel_ok``), with the parent's results."""
+    torch = pytest.importorskip("torch")
+    rng = np.random.default_rng(2)
+    pool = rng.standard_normal((300, 16)).astype(np.float32)
+    subsets = [rng.choice(300, 60, replace=False) for _ in range(12)]
+    ds = _WorkerSets(pool, subsets)
+    here = ds[0]  # the parent runs the parallel kernels first
+    got = list(torch.utils.data.DataLoader(ds, batch_size=None, num_workers=2, collate_fn=lambda x: x))
+    assert len(got) == 2
+    for slots, kept in got:
+        np.testing.assert_array_equal(np.asarray(slots), here[0])
+        np.testing.assert_array_equal(np.asarray(kept), here[1])
