@@ -77,6 +77,7 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
         out[phase] = (time.perf_counter() - t0, rep)
     wall, rep = out["timed"]
     return {"workers": workers, "steps_per_s": rep.steps / wall, "queries_per_s": rep.examples_seen / wall,
+            "warmup_s": out["warmup"][0],
             "wait_share": rep.data_wait_s / wall, "step_s": rep.step_s / max(1, rep.steps),
             "candidates": rep.candidates_per_step,
             "gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}

@@ -102,6 +102,9 @@ class LRankerConfig(PresetOptions):
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     device: str = "auto"  # auto: cuda if available
     gradient_checkpointing: Literal["auto", "on", "off"] = "auto"  # auto: on for CUDA only; on: any device
+    # torch.compile the backbone's forward (dynamic shapes): measured on 2 CPU cores, MiniLM, preset=cpu
+    # (benchmarks/results/lranker_compile.md) 0.57x the steps/s of eager, so off; unmeasured on a GPU
+    compile: Literal["off", "on"] = "off"
     max_length: int = 512  # query-prompt tokens incl. the placeholder and <eos>
     candidate_max_length: int = 256  # candidate tokens incl. <eos>
     query_truncation: Literal["left", "right"] = "left"  # which end of [USER QUERY] to cut

@@ -364,6 +364,7 @@ class LRankerModel(nn.Module):
         self.projector: Projector | None = None
         self.lora_names: list[str] = []
         self.full_finetune = False
+        self._compiled: tuple[Any, Any] | None = None  # (backbone, its compiled forward): not a submodule
         for p in self.backbone.parameters():
             p.requires_grad_(False)
         init = math.log(1.0 / cfg.temperature)
@@ -427,8 +428,17 @@ class LRankerModel(nn.Module):
             at = (torch.arange(L, device=self.device)[None, :] == batch.placeholder[:, None]) & (
                 batch.placeholder[:, None] >= 0)
             x = torch.where(at[:, :, None], soft[:, None, :].to(x.dtype), x)
-        out = self.backbone(inputs_embeds=x, attention_mask=batch.attention_mask)
+        out = self._forward()(inputs_embeds=x, attention_mask=batch.attention_mask)
         return out.last_hidden_state if hasattr(out, "last_hidden_state") else out[0]
+
+    def _forward(self) -> Any:
+        """The backbone, or its ``torch.compile``d forward with ``compile=on`` (built on first use
+        and again whenever the backbone object changes: LoRA wraps it, a load replaces weights)."""
+        if self.cfg.compile != "on":
+            return self.backbone
+        if self._compiled is None or self._compiled[0] is not self.backbone:
+            self._compiled = (self.backbone, torch.compile(self.backbone, dynamic=True))
+        return self._compiled[1]
 
     @staticmethod
     def pool(hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -249,6 +249,8 @@ class LRankerRanker(BaseRanker):
         # the numerics the weights were trained in: "dtype=auto" is bf16 on CUDA and fp32 on the CPU,
         # so a CPU-fp32 and a GPU-bf16 training of one config never share a checkpoint
         numerics = {"dtype": str(pick_dtype(self.cfg, device)), "device": device.type}
+        if self.cfg.compile == "on":  # compiled kernels may round differently (the default keys stay as they were)
+            numerics["compile"] = "on"
         config = {k: v for k, v in self.cfg.training_key().items() if k != "dtype"}  # resolved in numerics
         key = {"config": config, "seed": self.seed, "code": CODE_VERSION, "numerics": numerics,
                "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),

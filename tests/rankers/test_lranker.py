@@ -635,3 +635,40 @@ def test_a_negative_valid_pool_sample_is_one_clear_line():
 
     with pytest.raises(RBenchError, match=r"lranker option valid_pool_sample must be >= 0 \(got -1\)"):
         build_config(LRankerConfig, {"valid_pool_sample": "-1"}, owner="lranker")
+
+
+def test_compile_on_wraps_the_current_backbone_and_changes_nothing(qwen_dir, monkeypatch, tmp_path):
+    """``compile=on`` runs the backbone through ``torch.compile`` (here its eager backend: the
+    wiring, not inductor's minute of C++), rebuilt when LoRA wraps the backbone; h_q and h_c equal
+    the uncompiled model's. Only ``compile=on`` enters the checkpoint key (default keys unchanged)."""
+
+    compiled: list[object] = []
+    real = torch.compile
+
+    def eager(module, **kw):
+        compiled.append(module)
+        return real(module, **{**kw, "backend": "eager"})
+
+    monkeypatch.setattr(torch, "compile", eager)
+    texts = ["a b c d", "e f", "g h i"]
+    out = {}
+    for mode in ("off", "on"):
+        cfg = cfg_for(qwen_dir, compile=mode)
+        torch.manual_seed(0)
+        model = LRankerModel(cfg, load_backbone(cfg))
+        model.attach_projector(8)
+        before = model.candidate_embeddings(texts)
+        model.add_lora()
+        model.eval()
+        with torch.no_grad():
+            h_q = model.query_embeddings([prompt(t) for t in texts], texts, torch.zeros(3, model.info.hidden))
+        out[mode] = (before, h_q.numpy(), model.candidate_embeddings(texts, adapted=True))
+    # built for the plain backbone, then again for the LoRA-wrapped one (the one in use)
+    assert len(compiled) == 2 and compiled[1] is model.backbone and compiled[0] is not model.backbone
+    for a, b in zip(out["off"], out["on"]):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    task = toy_task(n_train=10)
+    keys = {mode: ranker_for(qwen_dir, tmp_path, compile=mode).checkpoint_dir(task).name for mode in ("off", "on")}
+    assert keys["off"] == ranker_for(qwen_dir, tmp_path).checkpoint_dir(task).name != keys["on"]
+    with pytest.raises(RBenchError, match="compile=yes: expected one of off, on"):
+        build_config(LRankerConfig, {"compile": "yes"}, owner="lranker")
