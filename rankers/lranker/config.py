@@ -57,7 +57,7 @@ TRAINING_KEYS: tuple[str, ...] = (
     "model", "gguf_file", "trust_remote_code", "dtype", "max_length", "candidate_max_length",
     "query_truncation", "query_pooling", "similarity", "learn_temperature", "candidate_tower", "finetune",
     "windows_per_user", "max_steps", "eval_every", "valid_max_queries", "valid_pool_sample", "patience",
-    "checkpoint_selection", "max_step_candidates", "aggregation", "n_clusters", "assign_dims",
+    "checkpoint_selection", "max_step_candidates", "length_buckets", "aggregation", "n_clusters", "assign_dims",
     "pca_dim", "set_heads", "epochs", "batch_size", "lr", "weight_decay", "beta1", "beta2",
     "warmup_ratio", "grad_clip", "temperature", "n_negatives", "n_partitions", "partition_sets",
     "max_train_queries", "lora", "lora_r", "lora_alpha", "lora_dropout", "lora_targets", "global_info",
@@ -103,7 +103,7 @@ class LRankerConfig(PresetOptions):
     device: str = "auto"  # auto: cuda if available
     gradient_checkpointing: Literal["auto", "on", "off"] = "auto"  # auto: on for CUDA only; on: any device
     # torch.compile the backbone's forward (dynamic shapes): measured on 2 CPU cores, MiniLM, preset=cpu
-    # (benchmarks/results/lranker_compile.md) 0.57x the steps/s of eager, so off; unmeasured on a GPU
+    # (benchmarks/results/lranker_options-compile.md) 0.72x the steps/s of eager, so off; unmeasured on a GPU
     compile: Literal["off", "on"] = "off"
     max_length: int = 512  # query-prompt tokens incl. the placeholder and <eos>
     candidate_max_length: int = 256  # candidate tokens incl. <eos>
@@ -136,6 +136,11 @@ class LRankerConfig(PresetOptions):
     learn_temperature: bool = True  # 1/temperature is a trained scalar, starting at 1/temperature
     n_negatives: int = 127  # uniform negatives per step, shared by the batch (plus in-batch positives)
     max_step_candidates: int = 0  # >0: cap on the distinct candidates one step encodes
+    # a step's candidates run through the tower in this many length-sorted groups, each padded to its own
+    # longest row; 4 measured 1.12x the steps/s of 1 on 2 CPU cores (benchmarks/results/
+    # lranker_options-length_buckets.md); 1 by default: the committed records were trained so (dropout
+    # draws its masks per group, so another value follows another trajectory)
+    length_buckets: int = 1
     finetune: Literal["lora", "full"] = "lora"  # how the backbone adapts (lora=false: not at all)
     windows_per_user: int = 0  # >0: train on the newest N windows of each user (recommendation)
     max_steps: int = 0  # >0: stop after that many optimiser steps (the schedule's length)
@@ -175,7 +180,7 @@ class LRankerConfig(PresetOptions):
 
 
     def validate(self) -> None:
-        positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size",
+        positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size", "length_buckets",
                     "n_partitions", "lora_r", "kmeans_batch_size", "pca_dim", "set_heads")
         for key in positive:
             if getattr(self, key) < 1:

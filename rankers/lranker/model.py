@@ -460,9 +460,23 @@ class LRankerModel(nn.Module):
         """h_q of an already tokenised batch (the training loader tokenises off the loop)."""
         return self.finish(self.pool(self.hidden_states(batch, soft), batch.pool_mask))
 
-    def candidate_tokens_embeddings(self, batch: TokenBatch) -> torch.Tensor:
-        """h_c of a tokenised batch with the current (trained) f_theta; gradients flow when enabled."""
-        return self.finish(self.pool(self.hidden_states(batch, None), batch.pool_mask))
+    def candidate_tokens_embeddings(self, batch: TokenBatch, buckets: int = 1) -> torch.Tensor:
+        """h_c of a tokenised batch with the current (trained) f_theta; gradients flow when enabled.
+        ``buckets`` > 1: the rows are sorted by length and run in that many groups, each padded only
+        to its own longest row (a step's candidates are short titles padded to the longest one);
+        the embeddings come back in the batch's order. The masks make padding inert, so only the
+        rounding of differently shaped products changes."""
+        if buckets <= 1 or len(batch.input_ids) < 2 * buckets:
+            return self.finish(self.pool(self.hidden_states(batch, None), batch.pool_mask))
+        lengths = batch.attention_mask.sum(1)
+        order = torch.argsort(lengths, stable=True)
+        parts = []
+        for idx in torch.tensor_split(order, buckets):
+            w = int(lengths[idx].max())
+            sub = TokenBatch(batch.input_ids[idx, :w], batch.attention_mask[idx, :w], batch.pool_mask[idx, :w],
+                             batch.placeholder[idx])
+            parts.append(self.pool(self.hidden_states(sub, None), sub.pool_mask))
+        return self.finish(torch.cat(parts)[torch.argsort(order)])
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """The similarity's view of an embedding: unit length for cosine, raw for dot."""

@@ -390,7 +390,7 @@ def step_loss(model: LRankerModel, inputs: StepInputs, frozen: np.ndarray | None
     soft = model.project(inputs.slots) if inputs.slots is not None else None
     hq = model.query_tokens_embeddings(inputs.queries, soft)
     if inputs.cand_tokens is not None:
-        hc = model.candidate_tokens_embeddings(inputs.cand_tokens)
+        hc = model.candidate_tokens_embeddings(inputs.cand_tokens, model.cfg.length_buckets)
     else:
         assert frozen is not None
         hc = torch.from_numpy(np.asarray(frozen[inputs.cand_ids], dtype=np.float32)).to(dev)

@@ -672,3 +672,31 @@ def test_compile_on_wraps_the_current_backbone_and_changes_nothing(qwen_dir, mon
     assert keys["off"] == ranker_for(qwen_dir, tmp_path).checkpoint_dir(task).name != keys["on"]
     with pytest.raises(RBenchError, match="compile=yes: expected one of off, on"):
         build_config(LRankerConfig, {"compile": "yes"}, owner="lranker")
+
+
+def test_length_buckets_give_the_same_candidate_embeddings_and_gradients(qwen_dir):
+    """A step's candidates run in length-sorted groups, each padded to its own longest row: the
+    same h_c, in the batch's order, and the same gradients (eval mode: no dropout), to rounding."""
+    cfg = cfg_for(qwen_dir, candidate_max_length=24)
+    torch.manual_seed(0)
+    model = LRankerModel(cfg, load_backbone(cfg))
+    model.attach_projector(8)
+    model.add_lora()
+    model.eval()
+    rng = np.random.default_rng(0)
+    texts = [" ".join(f"w{int(j)}" for j in rng.integers(0, 40, size=int(n))) for n in rng.integers(1, 20, size=13)]
+    batch = model.tokens.candidates(texts)
+    got = {}
+    weight = torch.from_numpy(rng.standard_normal((13, model.info.hidden)).astype(np.float32))
+    for buckets in (1, 4):
+        model.zero_grad()
+        h = model.candidate_tokens_embeddings(batch, buckets)
+        (h * weight).sum().backward()  # each row's own weight: a row out of place changes the gradient
+        grads = [p.grad.clone() for p in model.parameters() if p.grad is not None]
+        got[buckets] = (h.detach().numpy(), grads)
+    np.testing.assert_allclose(got[4][0], got[1][0], rtol=1e-5, atol=1e-6)
+    assert len(got[1][1]) == len(got[4][1]) > 0
+    for a, b in zip(got[1][1], got[4][1]):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+    widths = sorted(int(x) for x in batch.attention_mask.sum(1))
+    assert widths[0] < widths[-1]  # the groups really are shorter than the whole batch
