@@ -30,8 +30,9 @@ Choices the paper leaves open, made here:
   again. Width 1 thus equals direct ranking, which is what the paper's update rule gives when
   the one part is the full set; before, it spent five clusterings of the full set per query
   (MiniBatchKMeans, ~50 ms each on Rec-Movie) to add the noise of new K-means seeds.
-- Partitions are random, seeded by (run seed, query id, width, round), so a query's result does
-  not depend on its batch; ties in the elimination go to the lower pool index.
+- Partitions are random, seeded by (run seed, query id, width, round) (a Fisher-Yates shuffle
+  from splitmix64, ``elimination.partition_order``), so a query's result does not depend on its
+  batch; scores are float64 sums; ties in the elimination go to the lower pool index.
 - The query's candidate set is the pool minus the user's history (the items its ranking
   excludes there; queries scored carry no exclusion list, so the history stands for it on valid
   and test alike); E^(0) itself is conditioned on the whole
@@ -109,6 +110,8 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
     """Run ``depth`` elimination-and-update rounds of width ``width`` for every query.
     ``vectors`` score the eliminations; ``agg_vectors`` (default: the same) are what the kept
     subsets' K-means reads."""
+    from .elimination import eliminate_many
+
     agg_vectors = vectors if agg_vectors is None else agg_vectors
     n, dim = E0.shape
     embs = np.zeros((depth + 1, n, dim), dtype=np.float32)
@@ -118,8 +121,6 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
     survivors: list[np.ndarray] = [np.zeros(0, dtype=np.int64)] * n
     full_size = np.zeros(n, dtype=np.int64)
     trace: list[dict] = []
-    from .elimination import eliminate_many
-
     if width == 1 and (keep if keep > 0 else 1.0) >= 1.0:  # one part keeping everything, every round:
         sizes = [len(candidate_sets[i]) for i in range(n)]  # each E_m is E^(0) (the whole set), so is E^(t)
         embs[1:] = E0
