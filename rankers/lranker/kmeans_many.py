@@ -342,8 +342,8 @@ GRAM_SET_MAX = 400  # larger sets: gathering their n x n inner products costs mo
 
 
 def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int = 100, *,
-               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None,
-               _draws: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+               x: np.ndarray | None = None, gram: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+               ) -> tuple[np.ndarray, np.ndarray]:
     """``lloyd_labels`` of every set s (each with more than ``k`` rows): labels (rows,) and ``ok``
     (sets,), False for a set whose labels must come from the reference instead (a draw numpy
     would reject, or a decision inside the margin). The rows of set s are either
@@ -354,41 +354,47 @@ def lloyd_many(offsets: np.ndarray, k: int, seeds: Sequence[int], max_iter: int 
     larger ones on their gathered rows."""
     offsets = np.asarray(offsets, dtype=np.int64)
     ns = np.diff(offsets)
-    first, u, ok = seeded_draws(seeds, ns, k) if _draws is None else _draws
-    ok = ok.copy()
+    first, u, ok = seeded_draws(seeds, ns, k)
+    if gram is None:
+        assert x is not None
+        return _lloyd_rows(x, offsets, k, first, u, ok, max_iter)
     labels = np.full(int(offsets[-1]) if len(offsets) else 0, -1, dtype=np.int64)
     threads = 4 * numba.get_num_threads()
-    if gram is not None:
-        G, items, view = gram
-        items = np.ascontiguousarray(items, dtype=np.int64)
-        small = ns <= GRAM_SET_MAX
-        if small.any():
-            nf = np.where(small, ns, 0).astype(np.float64)
-            order, starts = balanced_blocks(nf * nf + nf * k, threads)
-            todo = ok & small
-            if parallel_ok():
-                _all_sets_gram(G, items, offsets, order, starts, k, view.shape[1], first, u, max_iter, MARGIN,
-                               labels, todo)
-            else:
-                for s in np.flatnonzero(todo):
-                    todo[s] = _one_set_gram(G, items, offsets[s], offsets[s + 1], k, view.shape[1], first[s], u[s],
-                                            max_iter, MARGIN, labels)
-            ok = np.where(small, todo, ok)
-        direct = ~small
-        big = np.flatnonzero(direct)
-        if len(big):  # only the large sets' rows, laid end to end
-            rows = np.concatenate([items[offsets[s] : offsets[s + 1]] for s in big])
-            sub = np.r_[0, np.cumsum(ns[big])]
-            sub_labels, sub_ok = lloyd_many(sub, k, [0] * len(big), max_iter, x=view[rows],
-                                            _draws=(first[big], u[big], ok[big]))
-            for j, s in enumerate(big):
-                labels[offsets[s] : offsets[s + 1]] = sub_labels[sub[j] : sub[j + 1]]
-            ok[big] = sub_ok
-        return labels, ok
-    assert x is not None
-    order, starts = balanced_blocks(ns.astype(np.float64) * (k + 8), threads)
+    G, items, view = gram
+    items = np.ascontiguousarray(items, dtype=np.int64)
+    small = ns <= GRAM_SET_MAX
+    if small.any():
+        nf = np.where(small, ns, 0).astype(np.float64)
+        order, starts = balanced_blocks(nf * nf + nf * k, threads)
+        todo = ok & small
+        if parallel_ok():
+            _all_sets_gram(G, items, offsets, order, starts, k, view.shape[1], first, u, max_iter, MARGIN,
+                           labels, todo)
+        else:
+            for s in np.flatnonzero(todo):
+                todo[s] = _one_set_gram(G, items, offsets[s], offsets[s + 1], k, view.shape[1], first[s], u[s],
+                                        max_iter, MARGIN, labels)
+        ok = np.where(small, todo, ok)
+    direct = ~small
+    big = np.flatnonzero(direct)
+    if len(big):  # only the large sets' rows, laid end to end
+        rows = np.concatenate([items[offsets[s] : offsets[s + 1]] for s in big])
+        sub = np.r_[0, np.cumsum(ns[big])]
+        sub_labels, sub_ok = _lloyd_rows(view[rows], sub, k, first[big], u[big], ok[big].copy(), max_iter)
+        for j, s in enumerate(big):
+            labels[offsets[s] : offsets[s + 1]] = sub_labels[sub[j] : sub[j + 1]]
+        ok[big] = sub_ok
+    return labels, ok
+
+
+def _lloyd_rows(x: np.ndarray, offsets: np.ndarray, k: int, first: np.ndarray, u: np.ndarray, ok: np.ndarray,
+                max_iter: int) -> tuple[np.ndarray, np.ndarray]:
+    """``lloyd_many``'s row path for sets laid end to end in ``x``, their draws given."""
+    ns = np.diff(offsets)
+    labels = np.full(int(offsets[-1]) if len(offsets) else 0, -1, dtype=np.int64)
     x = np.ascontiguousarray(x, dtype=np.float64)
     if parallel_ok():
+        order, starts = balanced_blocks(ns.astype(np.float64) * (k + 8), 4 * numba.get_num_threads())
         _all_sets(x, offsets, order, starts, k, first, u, max_iter, MARGIN, labels, ok)
     else:
         for s in np.flatnonzero(ok):
