@@ -283,6 +283,8 @@ def stand_in_forward(ranker, data, seed: int):
     backbone passes (the issue's goal excludes them) on every validation query, where the tiny
     model's own passes would take ~20 minutes here. The same sets, rounds, clusterings, rankings
     and tests run; only the embeddings' values differ from a model's."""
+    from rbench_rankers.lranker.aggregation import derive_seed
+
     rng = np.random.default_rng(seed)
     dim = int(ranker._scoring_vectors(data.fit_pool).shape[1])
     cache: dict[int, np.ndarray] = {}
@@ -294,16 +296,11 @@ def stand_in_forward(ranker, data, seed: int):
         d = slots.shape[2]
         if d not in cache:
             cache[d] = rng.standard_normal((d, dim)).astype(np.float32) / np.sqrt(d)
-        qv = np.stack([np.random.default_rng(zlib_key(queries.ids[int(r)])).standard_normal(dim) for r in rows])
+        qv = np.stack([np.random.default_rng(derive_seed("stand-in", queries.ids[int(r)])).standard_normal(dim)
+                       for r in rows])
         return np.tanh(np.asarray(slots, dtype=np.float32).mean(1) @ cache[d] + qv.astype(np.float32))
 
     return encode
-
-
-def zlib_key(q) -> int:
-    import zlib
-
-    return zlib.crc32(str(q).encode())
 
 
 def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], depths: list[int],

@@ -119,7 +119,8 @@ def kmeans_slots_many(vector_sets: Sequence[np.ndarray], k: int, assign_dims: in
                       max_iter: int = 100) -> np.ndarray:
     """``kmeans_slots`` of many sets in one call: (S, k, D), set for set the same slots
     (``kmeans_slots_indexed`` over the sets laid end to end)."""
-    if len(list(seeds)) != len(vector_sets):
+    seeds = list(seeds)  # read once: an iterator would be empty by the time the sets are clustered
+    if len(seeds) != len(vector_sets):
         raise ValueError("kmeans_slots_many needs one seed per set")
     if len(vector_sets) == 0:
         return np.zeros((0, k, 0), dtype=np.float32)
@@ -328,14 +329,14 @@ class Aggregator:
         seeds = [int(x) for x in seeds]
         if len(seeds) != len(subsets):
             raise ValueError("Aggregator.many needs one seed per subset")
+        total = int(sum(len(x) for x in subsets))
         self.stats["calls"] += len(subsets)
-        self.stats["items"] += int(sum(len(x) for x in subsets))
+        self.stats["items"] += total
         if self.method == "kmeans" or self.method == "pca":
             if self.method == "pca" and self.pca is None:
                 raise RuntimeError("aggregation=pca needs fit_pca() on the training pool first")
             tf = self.pca.transform if self.method == "pca" and self.pca is not None else None
             dims = 0 if tf is not None else self.assign_dims
-            total = sum(len(x) for x in subsets)
             if tf is not None and len(source) > 2 * total:  # transform only what is clustered
                 sets = [tf(np.asarray(source[np.asarray(sub)], dtype=np.float32)) for sub in subsets]
                 return kmeans_slots_many(sets, self.k, 0, seeds, self.batch_size, self.backend)
@@ -345,5 +346,5 @@ class Aggregator:
                 gram = self._gram_of(src, dims)
             return kmeans_slots_indexed(src, subsets, self.k, dims, seeds, self.batch_size, self.backend, gram=gram)
         self.stats["calls"] -= len(subsets)  # counted again by __call__
-        self.stats["items"] -= int(sum(len(x) for x in subsets))
+        self.stats["items"] -= total
         return np.stack([self(np.asarray(source[np.asarray(sub)]), sd) for sub, sd in zip(subsets, seeds)])

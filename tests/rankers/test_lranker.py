@@ -700,3 +700,5 @@ def test_length_buckets_give_the_same_candidate_embeddings_and_gradients(qwen_di
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
     widths = sorted(int(x) for x in batch.attention_mask.sum(1))
     assert widths[0] < widths[-1]  # the groups really are shorter than the whole batch
+    with pytest.raises(RBenchError, match="length_buckets must be >= 1"):
+        build_config(LRankerConfig, {"length_buckets": "0"}, owner="lranker")
