@@ -132,7 +132,7 @@ def kmeans_slots_many(vector_sets: Sequence[np.ndarray], k: int, assign_dims: in
 
 def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: int, assign_dims: int = 128,
                          seeds: Sequence[int] = (), batch_size: int = 1024, backend: str = "auto",
-                         max_iter: int = 100, gram: tuple[np.ndarray, np.ndarray] | None = None) -> np.ndarray:
+                         max_iter: int = 100) -> np.ndarray:
     """``[kmeans_slots(source[sub], k, assign_dims, seed, ...) for sub, seed in ...]`` as one
     (S, k, D) array, set for set the same slots.
 
@@ -142,9 +142,8 @@ def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: i
     then Lloyd iterations; their centroids by ``kmeans_many.centroid_slots``. Every random draw and
     every assignment is checked for a margin far above float64 rounding noise; a set where one is
     not (ties: duplicate points, fewer distinct points than K) is redone by ``kmeans_slots``, as
-    are larger sets (MiniBatchKMeans) and sets of <= k items. ``gram=(G, view)``: the source's
-    assignment view and its Gram matrix (``Aggregator.many`` passes them for pools small enough
-    to hold one): the iterations of small sets run on inner products, with the same labels."""
+    are larger sets (MiniBatchKMeans) and sets of <= k items. The assignment view is a slice of
+    the source's columns, read in place: nothing of the pool is copied but the clustered rows."""
     seeds = [int(x) for x in seeds]
     if len(seeds) != len(subsets):
         raise ValueError("kmeans_slots_many needs one seed per set")
@@ -169,21 +168,14 @@ def kmeans_slots_indexed(source: np.ndarray, subsets: Sequence[np.ndarray], k: i
 
         offsets = np.r_[0, np.cumsum(ns[batched])]
         items = np.concatenate([subs[s] for s in batched])
-        bseeds = [seeds[s] for s in batched]
-        if gram is not None:
-            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, gram=(gram[0], items, gram[1]))
-        else:
-            x = np.concatenate([_assign_view(np.asarray(source[subs[s]], dtype=np.float32), assign_dims)
-                                for s in batched])
-            labels, ok = lloyd_many(offsets, k, bseeds, max_iter, x=x)
         if source.dtype == np.float32 or len(source) <= 2 * len(items):
             V, rows = np.asarray(source, dtype=np.float32), items
         else:  # no float32 copy of a large source: only the rows clustered
             V, rows = np.asarray(source[items], dtype=np.float32), np.arange(len(items))
-        slots, ambiguous = centroid_slots(V, rows, offsets, labels, k, ok)
-        good = ok & ~ambiguous
-        out[batched[good]] = slots[good]
-        done[batched[good]] = True
+        dims = assign_dims if 0 < assign_dims < D else D
+        labels, ok = lloyd_many(V[:, :dims], rows, offsets, k, [seeds[s] for s in batched], max_iter)
+        ambiguous = centroid_slots(V, rows, offsets, labels, k, ok, out, batched)
+        done[batched[ok & ~ambiguous]] = True
     for s in np.flatnonzero(~done):
         out[s] = kmeans_slots(np.asarray(source[subs[s]], dtype=np.float32), k, assign_dims, seeds[s],
                               batch_size, backend)
@@ -270,11 +262,6 @@ class Aggregator:
     backend: str = "auto"
     pca: PCAState | None = None
     stats: dict[str, int] = field(default_factory=lambda: {"calls": 0, "items": 0})
-    # ``many`` clusters through the source's Gram matrix when the source has at most this many
-    # rows (float64: 6,000 rows are 288 MB) and the call clusters at least half as many items;
-    # the matrix is kept for the next call on the same source (keyed on its content)
-    gram_max_items: int = 6000
-    _gram: tuple[tuple, object, np.ndarray, np.ndarray] | None = field(default=None, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if self.method not in METHODS:
@@ -304,25 +291,6 @@ class Aggregator:
             return kmeans_slots(self.pca.transform(vectors), self.k, 0, seed, self.batch_size, self.backend)
         return sample_slots(vectors, self.k, seed)
 
-    def _gram_of(self, src: np.ndarray, dims: int) -> tuple[np.ndarray, np.ndarray]:
-        """(Gram matrix, assignment view) of ``src``, kept for the next call on the same source.
-        A read-only memory map (the embedding cache's files, written once and replaced by
-        rename) is the same source while it is the same object; any other array is keyed on a
-        digest of its content, so one changed in place gets a new matrix."""
-        if isinstance(src, np.memmap) and src.mode == "r":
-            key: tuple = ("mmap", id(src), src.filename, src.offset, src.shape, src.dtype.str, dims)
-        else:
-            import hashlib
-
-            digest = hashlib.blake2b(np.ascontiguousarray(src).view(np.uint8), digest_size=16).digest()
-            key = ("content", src.shape, src.dtype.str, dims, digest)
-        if self._gram is None or self._gram[0] != key:
-            from .kmeans_many import gram_matrix
-
-            view = _assign_view(np.asarray(src, dtype=np.float32), dims)
-            self._gram = (key, src, gram_matrix(view), view)  # holds ``src``: its id is not reused
-        return self._gram[2], self._gram[3]
-
     def many(self, source: np.ndarray, subsets: Sequence[np.ndarray], seeds: Sequence[int]) -> np.ndarray:
         """``[self(source[sub], seed) for sub, seed in zip(subsets, seeds)]`` as one (S, K, slot_dim)
         array, the K-means sets clustered together (``kmeans_slots_many``): the same slots."""
@@ -341,10 +309,7 @@ class Aggregator:
                 sets = [tf(np.asarray(source[np.asarray(sub)], dtype=np.float32)) for sub in subsets]
                 return kmeans_slots_many(sets, self.k, 0, seeds, self.batch_size, self.backend)
             src = tf(source) if tf is not None else source
-            gram = None
-            if self.backend == "auto" and 0 < len(src) <= self.gram_max_items and 2 * total >= len(src):
-                gram = self._gram_of(src, dims)
-            return kmeans_slots_indexed(src, subsets, self.k, dims, seeds, self.batch_size, self.backend, gram=gram)
+            return kmeans_slots_indexed(src, subsets, self.k, dims, seeds, self.batch_size, self.backend)
         self.stats["calls"] -= len(subsets)  # counted again by __call__
         self.stats["items"] -= total
         return np.stack([self(np.asarray(source[np.asarray(sub)]), sd) for sub, sd in zip(subsets, seeds)])

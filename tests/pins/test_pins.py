@@ -1,6 +1,6 @@
 """Pins on what users rely on and that no other test executes: the engine's many-positives
 branch, which split a run evaluates, one end-to-end value, the below-popularity mark at equal MRR,
-and the elimination tie at the test-time-scaling cut."""
+the elimination tie at the test-time-scaling cut and LRanker's K-means slots."""
 
 from __future__ import annotations
 
@@ -108,3 +108,19 @@ def test_elimination_tie_at_the_cut_goes_to_the_lower_pool_index():
     vectors[survivors, 0] = scores
     got, sizes = eliminate_many(vectors, np.ones((1, 1), np.float32), survivors, np.array([0, 4]), [0], 1, 0.5, 0)
     assert sizes.tolist() == [[2]] and got[:2].tolist() == [10, 20]
+
+
+def test_kmeans_slots_are_pinned():
+    """LRanker's aggregation (k-means++ and Lloyd on the first ``assign_dims`` coordinates, the
+    full vectors' centroids in canonical order), pinned: a trained checkpoint's soft prompts
+    depend on these exact slots, so a change to the reference or to the batched kernels (equal
+    to it, set for set) that moves them shows here, not as a silent drift of every LRanker number."""
+    import hashlib
+
+    from rbench_rankers.lranker.aggregation import kmeans_slots, kmeans_slots_many
+
+    rng = np.random.default_rng(2026)
+    sets = [rng.standard_normal((n, 24)).astype(np.float32) for n in (25, 60, 300, 450, 900)]
+    ref = np.stack([kmeans_slots(x, 20, 16, 7 + i) for i, x in enumerate(sets)])
+    np.testing.assert_array_equal(kmeans_slots_many(sets, 20, 16, [7 + i for i in range(5)]), ref)
+    assert hashlib.sha256(ref.tobytes()).hexdigest() == "29cb93a6b5374d910704b89e6241b7e9bd7745528a0f07fadebdc5e922f2bfec"

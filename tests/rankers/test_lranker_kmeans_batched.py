@@ -110,12 +110,16 @@ def test_partition_sampler_slots_many_equals_slots():
     np.testing.assert_array_equal(pool.slots_many([0, 1], [4, 7]), np.stack([pool.slots(0, 4), pool.slots(1, 7)]))
 
 
-def test_batched_kmeans_redoes_only_tied_sets(monkeypatch):
+@pytest.mark.parametrize("gram_max", [0, 400, 10**9])
+def test_batched_kmeans_redoes_only_tied_sets(monkeypatch, gram_max):
     """Sets without ties are clustered by the batched path itself (the equality tests above would
-    pass trivially if every set fell back to the reference); ties (fewer distinct points than K)
-    are redone by the reference."""
+    pass trivially if every set fell back to the reference), on inner products (``gram_max``
+    above the set sizes), on rows with Elkan's bounds (0) or split by size (400); ties (fewer
+    distinct points than K) are redone by the reference."""
     import rbench_rankers.lranker.aggregation as aggregation
+    import rbench_rankers.lranker.kmeans_many as kernels
 
+    monkeypatch.setattr(kernels, "GRAM_SET_MAX", gram_max)
     redone: list[int] = []
     ref = aggregation.kmeans_slots
 
@@ -126,8 +130,13 @@ def test_batched_kmeans_redoes_only_tied_sets(monkeypatch):
     monkeypatch.setattr(aggregation, "kmeans_slots", counting)
     rng = np.random.default_rng(4)
     plain = [rng.standard_normal((int(n), 16)).astype(np.float32) for n in rng.integers(21, 300, size=40)]
-    aggregation.kmeans_slots_many(plain, 20, 8, list(range(40)))
+    plain += [3 * rng.standard_normal((1, 16)).astype(np.float32) + rng.standard_normal((n, 16)).astype(np.float32)
+              for n in (401, 700, 1000)]
+    seeds = list(range(len(plain)))
+    got = aggregation.kmeans_slots_many(plain, 20, 8, seeds)
     assert redone == []
+    for i in (0, 1, 40, 41, 42):
+        np.testing.assert_array_equal(got[i], ref(plain[i], 20, 8, seeds[i]), err_msg=f"set {i}")
     base = rng.standard_normal((5, 16)).astype(np.float32)
     few = [base[rng.integers(5, size=30)] for _ in range(3)]
     out = aggregation.kmeans_slots_many(few, 20, 8, [1, 2, 3])
@@ -136,38 +145,18 @@ def test_batched_kmeans_redoes_only_tied_sets(monkeypatch):
         np.testing.assert_array_equal(out[i], ref(few[i], 20, 8, i + 1))
 
 
-def test_gram_path_equals_the_reference_and_follows_its_source(monkeypatch):
-    """``Aggregator.many`` on a pool small enough for its Gram matrix clusters through inner
-    products (asserted: the Gram kernel ran), with the reference's slots for every kind of set
-    (ties included, redone by the reference); a source changed in place gets a new matrix."""
-    import rbench_rankers.lranker.kmeans_many as lloyd
+@pytest.mark.parametrize("gram_max", [0, 10**9])
+def test_both_kernels_equal_the_reference_on_every_kind_of_set(monkeypatch, gram_max):
+    """Every set on inner products, then every set on rows: the reference's slots for each kind
+    of set (ties included, redone by the reference)."""
+    import rbench_rankers.lranker.kmeans_many as kernels
 
-    used: list[bool] = []
-    real = lloyd.lloyd_many
-
-    def spy(*a, **k):
-        used.append(k.get("gram", a[5] if len(a) > 5 else None) is not None)
-        return real(*a, **k)
-
-    monkeypatch.setattr(lloyd, "lloyd_many", spy)
-    sets = random_sets(40, 12, seed=9)
-    source = np.concatenate(sets)
-    offsets = np.r_[0, np.cumsum([len(x) for x in sets])]
-    subsets = [np.arange(offsets[i], offsets[i + 1]) for i in range(len(sets))]
-    agg = Aggregator("kmeans", k=20, assign_dims=8, batch_size=64)
-    seeds = [derive_seed("gram", i) for i in range(len(sets))]
-    got = agg.many(source, subsets, seeds)
-    assert used and all(used)
-    for i, (sub, s) in enumerate(zip(subsets, seeds)):
-        np.testing.assert_array_equal(got[i], kmeans_slots(source[sub], 20, 8, s, batch_size=64), err_msg=f"set {i}")
-    rng = np.random.default_rng(5)
-    pool = rng.standard_normal((200, 12)).astype(np.float32)
-    subs = [rng.choice(200, 60, replace=False) for _ in range(8)]
-    agg.many(pool, subs, list(range(8)))
-    pool[:] = rng.standard_normal((200, 12)).astype(np.float32)  # same object, new content
-    again = agg.many(pool, subs, list(range(8)))
-    for i, sub in enumerate(subs):
-        np.testing.assert_array_equal(again[i], kmeans_slots(pool[sub], 20, 8, i, batch_size=64))
+    monkeypatch.setattr(kernels, "GRAM_SET_MAX", gram_max)
+    sets = random_sets(60, 12, seed=9)
+    seeds = [derive_seed("paths", i) for i in range(len(sets))]
+    got = kmeans_slots_many(sets, 20, 8, seeds)
+    for i, (x, s) in enumerate(zip(sets, seeds)):
+        np.testing.assert_array_equal(got[i], kmeans_slots(x, 20, 8, s), err_msg=f"set {i}: {len(x)} items")
 
 
 def test_raw_draws_are_numpys_stream():
@@ -184,27 +173,19 @@ def test_raw_draws_are_numpys_stream():
                                                                for s in odd]))
 
 
-def test_gram_matrix_is_kept_for_a_read_only_memory_map(tmp_path, monkeypatch):
-    """The embedding cache's read-only memory maps are the same source while the same object
-    (no digest of the pool per call); another map of the same file, or an in-memory copy, is
-    checked by content and computed again only when it differs."""
-    import rbench_rankers.lranker.kmeans_many as kernels
-
-    made: list[tuple] = []
-    real = kernels.gram_matrix
-    monkeypatch.setattr(kernels, "gram_matrix", lambda v: made.append(v.shape) or real(v))
+def test_sources_are_read_in_place(tmp_path):
+    """The pool as a read-only memory map, as float64, or as a wider float32 array whose first
+    columns are the assignment view: ``Aggregator.many`` reads them in place (no copy of the
+    pool), with the slots of the reference on each set."""
     rng = np.random.default_rng(1)
-    np.save(tmp_path / "v.npy", rng.standard_normal((120, 10)).astype(np.float32))
+    np.save(tmp_path / "v.npy", rng.standard_normal((500, 10)).astype(np.float32))
     pool = np.load(tmp_path / "v.npy", mmap_mode="r")
     agg = Aggregator("kmeans", k=5, assign_dims=4)
-    subs = [rng.choice(120, 40, replace=False) for _ in range(4)]
-    first = agg.many(pool, subs, [1, 2, 3, 4])
-    agg.many(pool, subs, [1, 2, 3, 4])
-    assert made == [(120, 4)]
-    copy = np.array(pool)
-    np.testing.assert_array_equal(agg.many(copy, subs, [1, 2, 3, 4]), first)
-    agg.many(copy, subs, [1, 2, 3, 4])
-    assert made == [(120, 4), (120, 4)]
+    subs = [rng.choice(500, n, replace=False) for n in (40, 90, 450)]
+    want = np.stack([kmeans_slots(np.asarray(pool[sub]), 5, 4, i) for i, sub in enumerate(subs)])
+    np.testing.assert_array_equal(agg.many(pool, subs, [0, 1, 2]), want)
+    np.testing.assert_array_equal(agg.many(np.array(pool, dtype=np.float64), subs, [0, 1, 2]), want)
+    np.testing.assert_array_equal(agg.many(np.array(pool), subs, [0, 1, 2]), want)
 
 
 class _WorkerSets:
