@@ -69,32 +69,6 @@ def _dist_all(xs, i, cent, k, a, sq, cn, dist):  # pragma: no cover - compiled
         j += 1
 
 
-@numba.njit(cache=True, nogil=True, fastmath={"reassoc", "contract"})
-def _ip_all(xs, c, ip):  # pragma: no cover - compiled
-    """Every row's inner product with row ``c``, four rows per pass (as ``_dist_all``)."""
-    n, a = xs.shape
-    i = 0
-    while i + 4 <= n:
-        s0 = 0.0
-        s1 = 0.0
-        s2 = 0.0
-        s3 = 0.0
-        for t in range(a):
-            v = xs[c, t]
-            s0 += v * xs[i, t]
-            s1 += v * xs[i + 1, t]
-            s2 += v * xs[i + 2, t]
-            s3 += v * xs[i + 3, t]
-        ip[i] = s0
-        ip[i + 1] = s1
-        ip[i + 2] = s2
-        ip[i + 3] = s3
-        i += 4
-    while i < n:
-        ip[i] = _dot(xs, i, xs, c, a)
-        i += 1
-
-
 @numba.njit(cache=True, nogil=True)
 def _nearest(dist, scale, margin):  # pragma: no cover - compiled
     """(index, value) of the smallest squared distance; index -1 when the second smallest is not
@@ -236,7 +210,8 @@ def _one_set(view, items, lo, hi, k, first, u, max_iter, margin, gram_max, label
         if gram:
             pick = _kpp_step(d2, cdf, g[c], sq, c, j == 1, a, scale, u[j - 1], margin)
         else:
-            _ip_all(xs, c, ip)
+            for i in range(n):
+                ip[i] = _dot(xs, i, xs, c, a)
             pick = _kpp_step(d2, cdf, ip, sq, c, j == 1, a, scale, u[j - 1], margin)
         if pick < 0:
             return False
