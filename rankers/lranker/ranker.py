@@ -376,7 +376,7 @@ class LRankerRanker(BaseRanker):
         def validate() -> float:
             vec = self._current_vectors(pool)
             E0 = self.direct(valid, pool, vec)
-            res = evaluate(self, valid, pool, scorer=fixed_scorer(E0, valid, vec))
+            res = evaluate(self, valid, pool, scorer=fixed_scorer(E0, valid, vec), topk=0)  # ranks only
             return float(aggregate(per_query(res.ranks, valid.grades, MEASURES))["RR"])
 
         return validate
@@ -600,8 +600,8 @@ class LRankerRanker(BaseRanker):
         vectors = self._scoring_vectors(pool)
         t0 = time.perf_counter()
 
-        def metrics(Q: np.ndarray) -> dict[str, np.ndarray]:
-            res = evaluate(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors))
+        def metrics(Q: np.ndarray) -> dict[str, np.ndarray]:  # ranks only: no top-k list is kept
+            res = evaluate(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors), topk=0)
             return per_query(res.ranks, valid.grades, MEASURES)
 
         self._log(f"choosing width/depth on {len(valid)} validation queries: widths {widths}, depths {depths}")

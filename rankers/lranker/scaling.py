@@ -58,7 +58,7 @@ from dataclasses import dataclass, field
 
 import numpy as np
 
-from .aggregation import derive_seed
+from .aggregation import derive_seed, seed_from_stem, seed_stem
 
 EncodeParts = Callable[[np.ndarray, np.ndarray], np.ndarray]  # (query rows, slots (P,K,D)) -> (P, dim)
 Aggregate = Callable[[np.ndarray, int], np.ndarray]  # (vectors (n,D), seed) -> (K, D)
@@ -137,13 +137,14 @@ def graph_tts(E0: np.ndarray, candidate_sets: Sequence[np.ndarray], vectors: np.
                                          min_keep)
             for j, i in enumerate(pending):
                 pos, used = int(offsets[j]), [int(x) for x in sizes[j] if x > 0]
+                stem = seed_stem(seeds[i], "agg", width, t)
                 for m, size in enumerate(used):
                     if size == full_size[i]:  # the whole candidate set: the view E^(0) already is
                         whole.append(i)
                     else:
                         rows.append(i)
                         subsets.append(kept[pos : pos + size])
-                        part_seeds.append(derive_seed(seeds[i], "agg", width, t, m))
+                        part_seeds.append(seed_from_stem(stem, m))  # derive_seed(seeds[i], "agg", width, t, m)
                     pos += size
                 kept_sizes.append(used)
                 survivors[i] = kept[int(offsets[j]) : pos].copy()

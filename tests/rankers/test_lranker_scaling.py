@@ -433,3 +433,14 @@ def test_eliminate_many_equals_eliminate_per_query():
     for seed in range(4000):
         counts[np.arange(4), partition_order(seed, 4)] += 1
     assert np.abs(counts / 1000 - 1).max() < 0.12
+
+
+def test_seed_stem_gives_derive_seeds_value():
+    """Test-time scaling derives each kept subset's K-means seed from a stem of its query's
+    parts; the seed must be ``derive_seed`` of all the parts (what the per-subset code used)."""
+    from rbench_rankers.lranker.aggregation import derive_seed, seed_from_stem, seed_stem
+
+    for parts in [(0, "agg", 2, 0), (2**31 - 1, "agg", 10, 4), ("q-7", "x"), ()]:
+        stem = seed_stem(*parts)
+        for last in (0, 1, 9, "m", 12345):
+            assert seed_from_stem(stem, last) == derive_seed(*parts, last)
