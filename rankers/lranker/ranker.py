@@ -460,8 +460,8 @@ class LRankerRanker(BaseRanker):
             if queries.candidates is None:
                 slots = self._shared_slots(pool, base)
                 return self._encode_rows(queries, rows, np.broadcast_to(slots, (n, *slots.shape)))
-            seeds = self._query_seeds(queries)
-            slots = np.stack([self._agg(base[queries.candidates[i]], seeds[i]) for i in rows])
+            seeds = self._query_seeds(queries, rows)
+            slots = np.stack([self._agg(base[queries.candidates[i]], sd) for i, sd in zip(rows, seeds)])
             return self._encode_rows(queries, rows, slots)
 
     def tts(self, queries: Queries, vectors: np.ndarray, E0: np.ndarray, width: int, depth: int,
@@ -477,7 +477,6 @@ class LRankerRanker(BaseRanker):
             pool = self._pool
         agg_vectors = self._base_vectors(pool) if pool is not None else vectors
         sets = _ExcludedSets(queries, len(vectors))
-        seeds = self._query_seeds(queries)
         min_keep = min_part_size(self.cfg.tts_min_part_factor, self.cfg.n_clusters)
         with sessions_for(self).session():
             if rows is None:
@@ -489,14 +488,16 @@ class LRankerRanker(BaseRanker):
                 rows = np.asarray(rows, dtype=np.int64)
                 out = graph_tts(E0, RowView(sets, rows), vectors, width, depth,
                                 lambda r, slots: self._encode_rows(queries, rows[r], slots), self._agg,
-                                [seeds[int(i)] for i in rows], self.cfg.tts_keep, min_keep, agg_vectors)
+                                self._query_seeds(queries, rows), self.cfg.tts_keep, min_keep, agg_vectors)
         self.last_trace = out.trace
         return out
 
-    def _query_seeds(self, queries: Queries) -> list[int]:
+    def _query_seeds(self, queries: Queries, rows: np.ndarray) -> list[int]:
+        """The seeds of ``queries[rows]`` only: a chunk's call must not cost the whole split
+        (that made chunked test-time scaling quadratic in the number of queries)."""
         from .aggregation import derive_seed
 
-        return [derive_seed(self.seed, "query", q) for q in queries.ids]
+        return [derive_seed(self.seed, "query", queries.ids[int(i)]) for i in rows]
 
     def _shared_slots(self, pool: Pool, vectors: np.ndarray) -> np.ndarray:
         from .aggregation import derive_seed

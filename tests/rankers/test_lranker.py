@@ -472,6 +472,22 @@ def test_small_scenario_aggregates_each_querys_own_candidates(qwen_dir, tmp_path
             assert {index[v.tobytes()] for v in sub} <= row
 
 
+def test_query_chunks_give_the_same_embeddings_as_one_batch(qwen_dir, tmp_path, monkeypatch):
+    """E^(0) and test-time scaling run in chunks of queries (``tts_chunk``); each query's K-means
+    seeds are its own, whatever chunk it falls in (and a chunk derives only its own seeds)."""
+    import rbench_rankers.lranker.scaling as scaling
+
+    task = toy_task(candidates=8)
+    r = ranker_for(qwen_dir, tmp_path, epochs=1, width=2, depth=1, tts_min_part_factor=0, encode_batch_size=1)
+    r.fit(task)
+    r.encode_pool(task.pool)
+    test = task.test.take(np.arange(5))
+    monkeypatch.setattr(scaling, "tts_chunk", lambda cfg: 100)
+    whole = r.encode_queries(test)
+    monkeypatch.setattr(scaling, "tts_chunk", lambda cfg: 2)
+    np.testing.assert_allclose(r.encode_queries(test), whole, rtol=1e-6, atol=1e-6)
+
+
 # ------------------------------------------------------------------------------------------
 # ablations
 # ------------------------------------------------------------------------------------------
