@@ -24,7 +24,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from benchmarks.lranker_train_throughput import peak_rss_mib, run_setting  # noqa: E402  (the shared loop)
+from benchmarks.lranker_train_throughput import peak_rss_mib, run_setting, show_table  # noqa: E402  (the shared loop)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -42,11 +42,9 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or ROOT / "benchmarks" / "results" / f"lranker_options-{args.option}.md"
 
     import torch
-    from rich.table import Table
 
     from rbench.core.atomic import atomic_write_text
     from rbench.core.config import parse_assignments
-    from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
 
     sets = parse_assignments(args.sets)
@@ -62,19 +60,10 @@ def main(argv: list[str] | None = None) -> int:
     card = torch.cuda.get_device_name() if device == "cuda" else platform.processor() or platform.machine()
     ref = modes[0]
     cols = (args.option, "steps/s", "s/step (compute)", f"warm-up ({args.warmup} steps) s", f"vs {ref}")
-    table = Table(title=f"LRanker {args.option} on {args.task} ({device}: {card}; medians of {args.repeats} x "
-                        f"{args.steps} steps)")
-    for c in cols:
-        table.add_column(c, justify="right")
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * len(cols)]
-    for m in modes:
-        r = med[m]
-        cells = [m, f"{r['steps_per_s']:.3f}", f"{r['step_s']:.2f}", f"{r['warmup_s']:.1f}",
-                 f"{r['steps_per_s'] / med[ref]['steps_per_s']:.2f}x"]
-        table.add_row(*cells)
-        lines.append("| " + " | ".join(cells) + " |")
-    console = make_console(markup=True)
-    console.print(table)
+    rows = [[m, f"{r['steps_per_s']:.3f}", f"{r['step_s']:.2f}", f"{r['warmup_s']:.1f}",
+             f"{r['steps_per_s'] / med[ref]['steps_per_s']:.2f}x"] for m, r in med.items()]
+    console, lines = show_table(f"LRanker {args.option} on {args.task} ({device}: {card}; medians of {args.repeats} x "
+                                f"{args.steps} steps)", cols, rows)
     summary = f"peak RSS {peak_rss_mib():,.0f} MiB; torch {torch.__version__}, threads {torch.get_num_threads()}"
     console.print(summary)
     opts = " ".join(f"--set {k}={v}" for k, v in sets.items())

@@ -83,6 +83,23 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
             "gpu_mib": torch.cuda.max_memory_allocated() / 2**20 if torch.cuda.is_available() else None}
 
 
+def show_table(title: str, cols: tuple[str, ...], rows: list[list[str]]):
+    """Print ``rows`` as a rich table; returns (the console, the same table as Markdown lines)."""
+    from rich.table import Table
+
+    from rbench.core.console import console as make_console
+
+    table = Table(title=title)
+    for c in cols:
+        table.add_column(c, justify="right")
+    for cells in rows:
+        table.add_row(*cells)
+    console = make_console(markup=True)
+    console.print(table)
+    return console, ["| " + " | ".join(cols) + " |", "|" + "---:|" * len(cols),
+                     *("| " + " | ".join(cells) + " |" for cells in rows)]
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--task", default="ml-100k")
@@ -96,10 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     import torch
-    from rich.table import Table
 
     from rbench.core.config import parse_assignments
-    from rbench.core.console import console as make_console
     from rbench.tasks.registry import load_task
 
     sets = parse_assignments(args.sets)
@@ -112,22 +127,13 @@ def main(argv: list[str] | None = None) -> int:
            for w, rs in runs.items()}
     ref = med[args.workers[0]]["steps_per_s"]
     device = "cuda" if torch.cuda.is_available() else "cpu"
-    table = Table(title=f"LRanker training throughput on {args.task} ({device}; medians of {args.repeats} x "
-                        f"{args.steps} steps)")
+    title = f"LRanker training throughput on {args.task} ({device}; medians of {args.repeats} x {args.steps} steps)"
     cols = ("loader workers", "steps/s", "queries/s", "s/step (compute)", "data-wait share", "candidates/step",
             f"vs workers={args.workers[0]}", "GPU peak MiB")
-    for c in cols:
-        table.add_column(c, justify="right")
-    lines = ["| " + " | ".join(cols) + " |", "|" + "---:|" * len(cols)]
-    for w in args.workers:
-        m = med[w]
-        cells = [str(w), f"{m['steps_per_s']:.3f}", f"{m['queries_per_s']:.2f}", f"{m['step_s']:.2f}",
-                 f"{100 * m['wait_share']:.1f}%", f"{m['candidates']:.0f}", f"{m['steps_per_s'] / ref:.2f}x",
-                 f"{m['gpu_mib']:.0f}" if m["gpu_mib"] is not None else "-"]
-        table.add_row(*cells)
-        lines.append("| " + " | ".join(cells) + " |")
-    console = make_console(markup=True)
-    console.print(table)
+    rows = [[str(w), f"{m['steps_per_s']:.3f}", f"{m['queries_per_s']:.2f}", f"{m['step_s']:.2f}",
+             f"{100 * m['wait_share']:.1f}%", f"{m['candidates']:.0f}", f"{m['steps_per_s'] / ref:.2f}x",
+             f"{m['gpu_mib']:.0f}" if m["gpu_mib"] is not None else "-"] for w, m in med.items()]
+    console, lines = show_table(title, cols, rows)
     summary = f"peak RSS {peak_rss_mib():,.0f} MiB; {platform.machine()}, torch threads {torch.get_num_threads()}"
     console.print(summary)
     opts = " ".join(f"--set {k}={v}" for k, v in sets.items())
