@@ -101,6 +101,9 @@ class TaskSpec:
     embedded: bool = False  # data ships inside an installed package (no download)
     paper_row: int | None = None  # position in the paper's Table 2 (None: not a task of the paper)
     donates: tuple[str, ...] = ()  # pool variants (VARIANT_KINDS) that draw candidates from this task
+    # the default pool is gathered from the queries' own judged candidates (ESCI, MS MARCO v1.1): the
+    # train/valid positives ``fit`` is handed are much of it, so the ``prior`` floor is shown beside it
+    pool_from_positives: bool = False
     tags: tuple[str, ...] = field(default_factory=tuple)
 
     def __post_init__(self) -> None:

@@ -128,6 +128,7 @@ def _tasks() -> list[tuple[str, str]]:
                  f"| the paper's Table 2 row | {spec.paper_row if spec.paper_row is not None else '– (not a task of the paper)'} |",
                  f"| donates candidates to | {', '.join(f'`{d}`' for d in spec.donates) or '–'} |",
                  f"| data ships inside an installed package | {'yes' if spec.embedded else 'no'} |",
+                 f"| pool built from the queries' positives | {_pool_prior(spec.pool_from_positives)} |",
                  f"| license | {_text(spec.license)} |",
                  f"| task family | `{task.family.name}` |",
                  "", "## How to get the data", "", _text(spec.how_to_get), ""]
@@ -163,6 +164,14 @@ def _tasks() -> list[tuple[str, str]]:
                   f"```text\n{spec.prompt}\n```", ""]
         pages.append((spec.name, "\n".join(lines)))
     return pages
+
+
+def _pool_prior(flag: bool) -> str:
+    """The ``pool_from_positives`` cell: what it means for the task's tables."""
+    if not flag:
+        return "no"
+    return ("yes (default pool): train/valid positives are much of it, so the `prior` floor (them last) "
+            "is shown beside `pop` and `random` ([Pools built from positives](../data.md#pools-built-from-positives))")
 
 
 def _num(n: int | None) -> str:

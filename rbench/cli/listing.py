@@ -32,7 +32,7 @@ def task_rows(with_protocol: bool = False) -> list[dict[str, Any]]:
                      "prepared": prepared, "downloads": _download_state(spec),
                      "data_present": present, "data": detail, "license": spec.license,
                      "sources": [{"name": s.name, "url": s.url, "license": s.license} for s in spec.sources],
-                     "description": spec.description,
+                     "description": spec.description, "pool_from_positives": spec.pool_from_positives,
                      "protocol": (spec.protocol or _protocol_doc(spec)) if with_protocol else "",
                      "prompt": spec.prompt, "how_to_get": spec.how_to_get})
     return rows

@@ -35,9 +35,14 @@ from rbench.tasks.registry import paper_tasks
 
 SHOWN = (("nDCG@10", "nDCG@10"), ("RR", "MRR"))
 DELTA = "delta_RR"  # the paper's Δ: relative MRR change of a variant pool against the original pool
-RANKER_ORDER = ("random", "pop", "bm25", "contriever", "dense", "fm", "bpr", "gru4rec", "bert4rec", "sasrec",
+RANKER_ORDER = ("random", "pop", "prior", "bm25", "contriever", "dense", "fm", "bpr", "gru4rec", "bert4rec", "sasrec",
                 "lranker")
-POP, RANDOM = RowKey("pop"), RowKey("random")  # the floors (default configurations)
+POP, RANDOM, PRIOR = RowKey("pop"), RowKey("random"), RowKey("prior")
+# the floors: their default configurations set a column's floor (the best of those present); no
+# floor row, of any configuration, is marked against it. ``prior`` runs where the pool is built
+# from the queries' positives (``TaskSpec.pool_from_positives``, rbench_rankers.floors.PriorRanker)
+FLOORS = (RANDOM, POP, PRIOR)
+FLOOR_NAMES = frozenset(f.ranker for f in FLOORS)
 VARIANT_KINDS = ("mixed", "shift", "scaled")  # ``--variant`` of a table may name a kind: every N of scaled
 
 Cell = tuple[RowKey, ColumnKey]
@@ -126,18 +131,21 @@ class Leaderboard:
                     marks[(r, task, metric)] = "second"
         return marks
 
-    def below_pop(self) -> set[Cell]:
-        """(row, column) cells whose MRR does not beat the popularity floor of that column."""
+    def below_floors(self) -> set[Cell]:
+        """(row, column) cells whose MRR does not beat that column's floors: the best MRR of the
+        ``FLOORS`` recorded (and compared) in it, so a ranker that only reproduces what popularity
+        or the pool prior give for free is marked ``▽``."""
         out = set()
         for task in self.tasks:
             rows = self.compared(task, "RR")
-            pop = self.value(POP, task, "RR")
-            if POP not in rows or not finite(pop):
+            floors = [self.cells[(f, task)]["RR"] for f in FLOORS if f in rows]
+            if not floors:
                 continue
+            floor = max(floors)
             for r in rows:
-                if r in (POP, RANDOM):
+                if r.ranker in FLOOR_NAMES:
                     continue
-                if self.cells[(r, task)]["RR"] <= pop:
+                if self.cells[(r, task)]["RR"] <= floor:
                     out.add((r, task))
         return out
 
@@ -399,10 +407,27 @@ FOOTER = ("MRR is the full reciprocal rank (no cutoff); nDCG@10 uses linear gain
           "pessimistically. `*`: significantly different from the column's best (two-sided paired "
           "randomization test over per-query values, 2,000 sign flips, p < 0.05 after Holm's correction over the rows "
           "tested against that best). `▽`: does not beat the "
-          "popularity floor (`pop`) on MRR.")
+          "column's floors on MRR (the best of `random`, `pop` and, where the pool is built from the queries' "
+          "positives, `prior`: train/valid positives last).")
 
 
 NOT_RECORDED = "n/r"  # a cell whose record lacks a measure the table was asked to show
+
+
+def prior_note(lb: Leaderboard) -> str:
+    """The line under a table where a column's pool is built from the queries' positives (its
+    records' ``task_info.pool_from_positives``) but no ``prior`` floor was run on it ('' when none):
+    there ``▽`` is measured against the other floors only, which a no-skill filter can beat."""
+    cols = [t for t in lb.tasks if PRIOR not in lb.compared(t, "RR")
+            and any(rec.task_info.get("pool_from_positives") is True
+                    for (_, col), rec in lb.records.items() if col == t)]
+    if not cols:
+        return ""
+    first = cols[0]
+    return (f"No `prior` floor in {', '.join(code_span(lb.label(t)) for t in cols)}: its pool is built from the "
+            "queries' positives, where pushing the train/valid positives last beats chance with no skill, so `▽` "
+            f"there is measured against the other floors only (`rbench run -r prior -t {first.task}` with the "
+            "column's options adds it).")
 
 
 def unrecorded_note(lb: Leaderboard) -> str:
@@ -457,7 +482,7 @@ def paper_markdown(lb: Leaderboard) -> list[str]:
 
 
 def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = "results") -> str:
-    marks, below, sig = lb.rank_marks(), lb.below_pop(), lb.significance()
+    marks, below, sig = lb.rank_marks(), lb.below_floors(), lb.significance()
     title = f"# rbench leaderboard: {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
     if not lb.rows:
         return title + "\n\nNo results yet.\n"
@@ -468,6 +493,7 @@ def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = 
     for r in lb.rows:
         lines.append(md_row([lb.label(r)] + [_cell(lb, r, t, m, marks, below, sig, "md") for t, m, _ in lb.columns()]))
     lines += ["", FOOTER] + (["", note] if (note := unrecorded_note(lb)) else [])
+    lines += ["", note] if (note := prior_note(lb)) else []
     old = sorted({lb.records[c].protocol for c in lb.other_protocol()})
     if old:
         lines += ["", f"`†`: computed under evaluation protocol {', '.join(map(str, old))} (this rbench: "
@@ -515,7 +541,7 @@ def to_json(lb: Leaderboard) -> str:
 def rich_table(lb: Leaderboard):
     from rich.table import Table
 
-    marks, below, sig = lb.rank_marks(), lb.below_pop(), lb.significance()
+    marks, below, sig = lb.rank_marks(), lb.below_floors(), lb.significance()
     title = f"rbench — {lb.scenario}" + ("" if lb.variant == "original" else f" ({lb.variant})")
     table = Table(title=title, caption="% on the test split; bold = best, underline = second; * and ▽: see below")
     table.add_column("Ranker", style="cyan")

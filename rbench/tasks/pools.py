@@ -49,6 +49,15 @@ ranker class, ``rbench.engine.plugins.BaseRanker``) is decided when the run is p
 (``rbench.run.runner.make_plan``). ``info`` names the source and its fingerprint, and sets
 ``original_fingerprint`` to the task's own pool, so a ``from-<source>`` table's Δ is the change
 against the same ranker trained on the task itself.
+
+Pools built from positives, and distractors (``pool_prior_info``, ``draw_distractors``): where a
+task's pool is gathered from its own queries' judged candidates (``TaskSpec.pool_from_positives``:
+ESCI's one positive per query, MS MARCO ``pool=all``, an imported corpus that is mostly
+positives), the train/valid positives ``fit`` is handed are much of the pool and almost never a
+test answer, so "those last" beats chance with no skill (the ``prior`` floor). Each such load
+records the shares in ``info`` (``pool_positive_share``: the pool's candidates that are some
+query's positive; ``pool_fit_positive_share``: a train or valid query's), and ``distractors``
+draws candidates that are no query's positive from the rest of the collection, seeded.
 """
 
 from __future__ import annotations
@@ -73,6 +82,9 @@ SHIFT_DOMAINS: dict[str, tuple[str, ...]] = {"recommendation": ("recommendation"
 ID_SEP = ":"
 KINDS = ("original", "mixed", "shift", "scaled:N", "from-TASK")
 TRANSFER_PREFIX = "from-"
+# an imported corpus counts as built from positives when at least this share of it is some query's
+# positive: pushing them last (``prior``) then gains ~1/(1 - share) over chance (1.1x here, 10x at 0.9)
+POSITIVE_SHARE_FLAG = 0.1
 
 
 
@@ -347,3 +359,36 @@ def apply_variant(data: TaskData, variant: Variant | str, seed: int, donors: Don
             "original_fingerprint": data.pool.fingerprint}
     return dataclasses.replace(data, pool=pool, test=reindex_queries(data.test, own_map), variant=v.label,
                                train_pool=data.pool, info=info)
+
+
+# --------------------------------------------------------------------------------------------
+# pools built from positives: their shares, and distractors that are nobody's positive
+# --------------------------------------------------------------------------------------------
+
+
+def pool_prior_info(data: TaskData) -> dict[str, Any]:
+    """The shares of the pool that are some query's positive (any split) and a train/valid
+    query's positive (what ``fit`` is handed): how much a ranker gains by pushing them last."""
+    n = max(len(data.pool), 1)
+    fit = np.unique(np.concatenate([np.asarray(data.train.positives.values, dtype=np.int64),
+                                    np.asarray(data.valid.positives.values, dtype=np.int64)]))
+    every = np.unique(np.concatenate([fit, np.asarray(data.test.positives.values, dtype=np.int64)]))
+    return {"pool_positive_share": round(len(every) / n, 6), "pool_fit_positive_share": round(len(fit) / n, 6)}
+
+
+def draw_distractors(universe: np.ndarray, taken: np.ndarray, n: int, seed: int, what: str) -> np.ndarray:
+    """``n`` ids of ``universe`` (candidates that are no query's positive) that are not ``taken``
+    (already in the pool), drawn without replacement by a stream of their own (seed,
+    "distractors"): the same seed and collection give the same distractors, whatever else the
+    options change. ``universe`` is sorted first, so the file order of the collection never matters.
+    Fewer than ``n`` available is an error naming the most there are."""
+    ids = np.asarray(universe, dtype=object)
+    ids = np.unique(ids.astype(str)).astype(object)
+    free = ids[~np.isin(ids, np.asarray(taken, dtype=object).astype(str))]
+    if n > len(free):
+        raise RBenchError(f"task.distractors={n:,}: {what} holds only {len(free):,} candidates that are no "
+                          f"query's positive and not already in the pool; use at most {len(free):,}")
+    if n == 0:
+        return free[:0]
+    rng = np.random.default_rng(np.random.SeedSequence([int(seed) & 0xFFFFFFFF, *_seed_words("distractors")]))
+    return free[np.sort(rng.choice(len(free), size=n, replace=False))]

@@ -117,7 +117,7 @@ def test_the_table_marks_rows_of_another_protocol_and_leaves_them_out_of_compari
     assert any(line.startswith("old,") and line.endswith(",0") for line in to_csv(lb).splitlines())
     _set_protocol(tmp_path, "pop", 0)  # the floor of another protocol is no floor for this one
     lb = build(tmp_path, "large")
-    assert lb.below_pop() == set()
+    assert lb.below_floors() == set()
 
 
 def test_prepare_from_records_what_the_data_is_and_the_table_names_it(tmp_path, capsys):

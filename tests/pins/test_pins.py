@@ -89,9 +89,9 @@ def test_equal_mrr_is_marked_below_popularity():
     model = RowKey("model")
     lb = Leaderboard(scenario="large", variant="original", tasks=[col], rows=[POP, model],
                      cells={(POP, col): {"RR": 0.0426}, (model, col): {"RR": 0.0426}})
-    assert lb.below_pop() == {(model, col)}
+    assert lb.below_floors() == {(model, col)}
     lb.cells[(model, col)] = {"RR": 0.04261}
-    assert lb.below_pop() == set()
+    assert lb.below_floors() == set()
 
 
 def test_elimination_tie_at_the_cut_goes_to_the_lower_pool_index():

@@ -104,8 +104,8 @@ def test_rr_equal_to_popularity_does_not_beat_it(tmp_path):
 
     lb = _leaderboard(tmp_path)
     assert lb.value(RowKey("tied"), ColumnKey("ml-100k"), "RR") == lb.value(RowKey("pop"), ColumnKey("ml-100k"), "RR")
-    assert (RowKey("tied"), ColumnKey("ml-100k")) in lb.below_pop()
-    assert (RowKey("above"), ColumnKey("ml-100k")) not in lb.below_pop()
+    assert (RowKey("tied"), ColumnKey("ml-100k")) in lb.below_floors()
+    assert (RowKey("above"), ColumnKey("ml-100k")) not in lb.below_floors()
 
 
 def test_random_floor_is_exempt_from_the_below_popularity_mark(tmp_path):
@@ -113,8 +113,8 @@ def test_random_floor_is_exempt_from_the_below_popularity_mark(tmp_path):
     from rbench.results.record import ColumnKey, RowKey
 
     lb = _leaderboard(tmp_path)
-    assert (RowKey("random"), ColumnKey("ml-100k")) not in lb.below_pop()
-    assert (RowKey("pop"), ColumnKey("ml-100k")) not in lb.below_pop()
+    assert (RowKey("random"), ColumnKey("ml-100k")) not in lb.below_floors()
+    assert (RowKey("pop"), ColumnKey("ml-100k")) not in lb.below_floors()
     random_row = next(line for line in to_markdown(lb).splitlines() if line.startswith("| random |"))
     assert "▽" not in random_row
 

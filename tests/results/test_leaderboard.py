@@ -41,7 +41,7 @@ def test_marks(tmp_path):
     marks = lb.rank_marks()
     assert marks[(RowKey("strong"), ML, "RR")] == "best"
     assert marks[(RowKey("close"), ML, "RR")] == "second"
-    assert lb.below_pop() == {(RowKey("weak"), ML)}
+    assert lb.below_floors() == {(RowKey("weak"), ML)}
     sig = lb.significance()
     assert sig[(RowKey("weak"), ML, "RR")] < 0.05 and sig[(RowKey("pop"), ML, "RR")] < 0.05
     assert sig[(RowKey("close"), ML, "RR")] > 0.05

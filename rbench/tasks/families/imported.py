@@ -45,6 +45,11 @@ Choices written down:
   whether it is the positive (a list file that puts the positive first is common). Corpus ids
   are the user's own: an id spelled after its query ("q12_p3") would still tell, and is the
   data's to avoid.
+- Pools built from positives: a corpus of which at least ``POSITIVE_SHARE_FLAG`` (10%) is some
+  query's positive (a collection cut down to its judged documents) is imported with
+  ``pool_from_positives`` set in its ``task.json`` (``TaskSpec.pool_from_positives``): pushing the
+  train/valid positives last then beats chance with no skill, and the ``prior`` floor belongs in
+  its tables. Each load records the shares in ``info`` (``rbench.tasks.pools.pool_prior_info``).
 - Three files without a ``split`` field: the evaluated queries are split 8:1:1 (train/valid/test)
   by ``rbench.tasks.building.split_labels``, seeded by the run seed (``rbench data import`` says
   so, and that ``--set task.split=test`` evaluates every query). A BEIR folder is never split
@@ -85,6 +90,7 @@ from rbench.tasks.building import (
     text_field,
 )
 from rbench.tasks.family import TaskFamily
+from rbench.tasks.pools import POSITIVE_SHARE_FLAG, pool_prior_info
 
 _SPLIT_ALIASES = {"train": 0, "valid": 1, "validation": 1, "dev": 1, "test": 2}
 _NAME_RE = re.compile(r"^[a-z0-9][a-z0-9._-]{0,63}$")
@@ -399,6 +405,7 @@ def _import(name: str, sources: dict[str, Path], scenario: str, candidates: Path
         if splits is not None and splits["train"] == 0:
             protocol += "; test split only: evaluated zero-shot"
         layout = f"{origin} collection" if origin else "BEIR-layout task"
+        share = positive_share(data)
         spec = {
             "name": name,
             "title": title or name,
@@ -414,6 +421,9 @@ def _import(name: str, sources: dict[str, Path], scenario: str, candidates: Path
             "how_to_get": how,
             "protocol": "imported BEIR task: positives = qrels score > 0 (graded); " + protocol,
             "tags": ["imported"],
+            # a corpus that is mostly positives (one cut down to the judged documents) is a pool built
+            # from positives: the ``prior`` floor belongs in its tables (rbench.tasks.pools)
+            "pool_from_positives": share >= POSITIVE_SHARE_FLAG, "pool_positive_share": round(share, 6),
             "files": files,
             "counts": {"documents": len(data.doc_ids), "queries": len(data.query_ids),
                        "queries_with_positives": n_eval, "judgements": data.n_judgements},
@@ -545,7 +555,16 @@ def load_imported(spec: TaskSpec, options: Any = None, seed: int = 0) -> TaskDat
     labels, split_rule = _split(data, rows, by_split.get(2, files["queries"]), seed, mode)
     info = {"source": str(d), "n_documents": len(pool), "n_queries_total": len(data.query_ids),
             "n_queries_without_positive": len(data.query_ids) - len(rows), "split": split_rule}
-    return assemble(spec, pool, table, labels, info, fingerprint_parts=(split_rule,))
+    task = assemble(spec, pool, table, labels, info, fingerprint_parts=(split_rule,))
+    shares = pool_prior_info(task)  # computed, so a task imported before the flag existed says it too
+    task.info.update(shares, pool_from_positives=shares["pool_positive_share"] >= POSITIVE_SHARE_FLAG)
+    return task
+
+
+def positive_share(data: BeirData) -> float:
+    """The share of the corpus that is some query's positive (score > 0)."""
+    docs = {d for judged in data.qrels.values() for d, _ in judged}
+    return len(docs) / max(len(data.doc_ids), 1)
 
 
 def import_splits(spec: TaskSpec) -> dict[str, int] | None:

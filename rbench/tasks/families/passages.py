@@ -17,6 +17,18 @@ Table 2 sizes pin the rest down, and the two tasks need different pools to match
 Either reading is one option away (``--set task.pool=all|positives``, ``task.n_queries=N``; 0 =
 every eligible query).
 
+Both pools are built from the queries' positives (``TaskSpec.pool_from_positives``): every
+query's negatives are the other queries' candidates, so the train/valid positives that ``fit`` is
+handed are much of the pool (ESCI: ~90%) and almost never a test answer. Pushing them last beats
+chance with no skill; the ``prior`` floor does exactly that and the tables show it (docs: Tasks,
+"Pools built from positives"). ``task.distractors=N`` adds N candidates that are no query's
+positive, drawn from the rest of the collection (seeded; ESCI: every US product of the products
+file; MS MARCO v1.1: every passage of the QnA files read), so that "not a known positive" stops
+being a signal. The paper aggregates only the queries' own candidates ("construct the negative
+sample set for each query by aggregating the negative samples from all queries"): the default is
+``distractors=0``, the paper's pool; the TSV layout's pool is already the whole collection and
+takes none.
+
 Choices written down (both tasks unless said):
 
 1. Eligible queries have >= 1 relevant candidate (MS MARCO ``is_selected == 1``; ESCI label E,
@@ -55,6 +67,7 @@ Choices written down (both tasks unless said):
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -80,6 +93,7 @@ from rbench.tasks.building import (
     split_labels,
 )
 from rbench.tasks.family import TaskFamily
+from rbench.tasks.pools import POSITIVE_SHARE_FLAG, draw_distractors, pool_prior_info
 
 QNA_SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
 ESCI_EXAMPLES = "shopping_queries_dataset_examples.parquet"
@@ -98,12 +112,31 @@ class PassageOptions:
     esci_version: Literal["all", "small", "large"] = "all"  # esci only
     bullet_chars: int = 200  # esci only: bullet-point characters appended to title + brand
     split: Literal["8:1:1", "test"] = "8:1:1"  # "test": every query is a test query (zero-shot eval)
+    distractors: int = 0  # candidates added that are no query's positive (seeded); 0: the paper's pool
 
     def validate(self) -> None:
         if self.n_queries is not None and self.n_queries < 0:
             raise RBenchError("task.n_queries must be >= 0 (0 = every eligible query)")
+        if self.distractors < 0:
+            raise RBenchError("task.distractors must be >= 0 (0 = the paper's pool, no distractors)")
         if self.bullet_chars < 0:
             raise RBenchError("task.bullet_chars must be >= 0")
+
+    def fingerprint_text(self) -> str:
+        """``repr`` without ``distractors`` when it is 0: the pool of every record written before
+        the option existed keeps its fingerprint (it is the same pool)."""
+        shown = [f for f in dataclasses.fields(self) if not (f.name == "distractors" and self.distractors == 0)]
+        return f"{type(self).__qualname__}(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in shown) + ")"
+
+
+@dataclass(frozen=True)
+class Distractors:
+    """Where distractors come from: ``universe`` holds the collection's candidates that are no
+    query's positive (ids), ``texts_of`` reads texts for some of them; ``what`` names it."""
+
+    universe: np.ndarray
+    texts_of: Callable[[np.ndarray], np.ndarray]
+    what: str
 
 
 # ------------------------------------------------------------------------------------------
@@ -200,8 +233,10 @@ def sample_rows(qids: np.ndarray, eligible: np.ndarray, n: int, seed: int) -> np
 
 def one_positive_task(spec: TaskSpec, opts: PassageOptions, seed: int, judged: Judged, pool_mode: str,
                       ids_of: Callable[[np.ndarray], np.ndarray],
-                      texts_of: Callable[[np.ndarray], np.ndarray], info: dict[str, Any]) -> TaskData:
-    """Rules 2-3 of the module doc on already-sampled queries (rows in canonical order)."""
+                      texts_of: Callable[[np.ndarray], np.ndarray], info: dict[str, Any],
+                      distractors: Callable[[], Distractors] | None = None) -> TaskData:
+    """Rules 2-3 of the module doc on already-sampled queries (rows in canonical order), then
+    ``opts.distractors`` candidates drawn from ``distractors()`` (read only when asked for)."""
     n = len(judged.qids)
     if n == 0:
         raise DataError(f"{spec.name}: no query has a relevant candidate (nothing to evaluate)", info.get("source"))
@@ -234,14 +269,27 @@ def one_positive_task(spec: TaskSpec, opts: PassageOptions, seed: int, judged: J
     table = QueryTable(ids=judged.qids, texts=judged.texts, positives=positives,
                        grades=[np.ones(len(p), dtype=np.float64) for p in positives],
                        exclude=exclude if opts.other_relevant == "exclude" else None)
-    pool = Pool(ids=np.asarray(ids_of(pool_codes), dtype=object),
-                texts=np.asarray(texts_of(pool_codes), dtype=object), name=spec.name)
+    pool_ids = np.asarray(ids_of(pool_codes), dtype=object)
+    pool_texts = np.asarray(texts_of(pool_codes), dtype=object)
+    extra: dict[str, Any] = {}
+    if opts.distractors:
+        if distractors is None:
+            raise RBenchError(f"{spec.name}: task.distractors needs a collection to draw from; this layout has none")
+        source = distractors()
+        drawn = draw_distractors(source.universe, pool_ids, opts.distractors, seed, source.what)
+        pool_ids = np.concatenate([pool_ids, drawn])
+        pool_texts = np.concatenate([pool_texts, np.asarray(source.texts_of(drawn), dtype=object)])
+        extra = {"distractors_from": source.what, "distractors_available": int(len(np.unique(source.universe)))}
+    pool = Pool(ids=pool_ids, texts=pool_texts, name=spec.name)
     if len(set(pool.ids.tolist())) != len(pool):
         raise DataError(f"{spec.name}: candidate ids are not unique")
     info = {**info, "pool": pool_mode, "other_relevant": opts.other_relevant,
-            "n_other_relevant_in_pool": int(n_other), "seed": seed}
+            "n_other_relevant_in_pool": int(n_other), "seed": seed, "pool_from_positives": True,
+            "n_distractors": int(opts.distractors), **extra}
     labels = split_labels(n, seed, mode=opts.split)
-    return assemble(spec, pool, table, labels, info, fingerprint_parts=(repr(opts), pool_mode))
+    data = assemble(spec, pool, table, labels, info, fingerprint_parts=(opts.fingerprint_text(), pool_mode))
+    data.info.update(pool_prior_info(data))
+    return data
 
 
 def _resolve_n(opts: PassageOptions, default: int) -> int:
@@ -431,9 +479,19 @@ def load_msmarco_qna(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
             "n_duplicate_query_ids_skipped": n_dup, "n_sampled": len(rows),
             "n_passages_sampled": len(texts), "n_identical_passages_merged": len(texts) - len(uniques)}
     pool_mode = "all" if opts.pool == "auto" else opts.pool
+
+    def distractors() -> Distractors:
+        """Every passage of the files read (all queries, sampled or not) never selected for any."""
+        every = pd.Series(rec.passages, dtype=object).str.strip()
+        texts = pd.unique(every[~every.isin(set(every[rec.selected])) & (every != "")])
+        by_id = {passage_id(t): t for t in texts}
+        return Distractors(np.asarray(list(by_id), dtype=object),
+                           lambda ids: np.asarray([by_id[i] for i in ids], dtype=object),
+                           f"the passages of {', '.join(p.name for p in files)} that no query selected")
+
     return one_positive_task(spec, opts, seed, judged, pool_mode,
                              ids_of=lambda c: np.asarray([passage_id(t) for t in uniques[c]], dtype=object),
-                             texts_of=lambda c: uniques[c], info=info)
+                             texts_of=lambda c: uniques[c], info=info, distractors=distractors)
 
 
 # ------------------------------------------------------------------------------------------
@@ -470,9 +528,9 @@ def read_id_text_tsv(path: Path, id_name: str) -> tuple[np.ndarray, np.ndarray, 
 
 
 def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -> TaskData:
-    if opts.pool != "auto" or opts.other_relevant != "exclude":
-        raise RBenchError("task.pool and task.other_relevant apply to the v1.1 QnA layout and ESCI; the TSV "
-                          "layout ranks the whole collection with every graded positive")
+    if opts.pool != "auto" or opts.other_relevant != "exclude" or opts.distractors:
+        raise RBenchError("task.pool, task.other_relevant and task.distractors apply to the v1.1 QnA layout and "
+                          "ESCI; the TSV layout ranks the whole collection with every graded positive")
     files = _tsv_files(d)
     assert files is not None
     pids, ptexts, _ = read_id_text_tsv(files["collection"], "pid")
@@ -493,7 +551,13 @@ def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
             "n_judgements": n_judged, "n_judgements_skipped_unknown_pid": n_skipped, "seed": seed,
             "grades": {str(int(g)): int(c) for g, c in zip(*np.unique(np.concatenate(table.grades),
                                                                       return_counts=True))}}
-    return assemble(spec, pool, table, split_labels(len(rows), seed, mode=opts.split), info, fingerprint_parts=(repr(opts),))
+    data = assemble(spec, pool, table, split_labels(len(rows), seed, mode=opts.split), info,
+                    fingerprint_parts=(opts.fingerprint_text(),))
+    # the whole collection is the pool: built from positives only where it is mostly positives (a
+    # collection cut down to the judged passages, as TREC DL19's 4,103)
+    shares = pool_prior_info(data)
+    data.info.update(shares, pool_from_positives=shares["pool_positive_share"] >= POSITIVE_SHARE_FLAG)
+    return data
 
 
 def load_msmarco(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> TaskData:
@@ -573,6 +637,15 @@ def product_text(title: Any, brand: Any, bullets: Any, bullet_chars: int, produc
     return text or f"product {product_id}"
 
 
+def read_esci_product_ids(path: Path) -> np.ndarray:
+    """Every US product id of the products file (the collection distractors are drawn from)."""
+    import pyarrow.parquet as pq
+
+    _parquet_columns(path, ("product_id", "product_locale"))
+    tbl = pq.read_table(path, columns=["product_id"], filters=[("product_locale", "in", ["us", "US"])])
+    return np.asarray(pd.unique(tbl.column("product_id").to_pandas().astype(str)), dtype=object)
+
+
 def read_esci_products(path: Path, ids: np.ndarray, bullet_chars: int) -> np.ndarray:
     """Texts for ``ids`` (US rows), in that order; a product without a row is an error."""
     import pyarrow.parquet as pq
@@ -622,9 +695,18 @@ def load_esci(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> 
             "n_queries_read": len(qids), "n_eligible": int((n_e > 0).sum()), "n_sampled": len(rows),
             "bullet_chars": opts.bullet_chars}
     pool_mode = "positives" if opts.pool == "auto" else opts.pool
+
+    def distractors() -> Distractors:
+        """Every US product of the products file that is no query's E product (any query read)."""
+        positive = set(df["product_id"].to_numpy()[df["esci_label"].astype(str).to_numpy() == "E"])
+        us = read_esci_product_ids(d / ESCI_PRODUCTS)
+        return Distractors(us[~pd.Index(us).isin(positive)],
+                           lambda ids: read_esci_products(d / ESCI_PRODUCTS, ids, opts.bullet_chars),
+                           f"the US products of {ESCI_PRODUCTS} that are no query's E product")
+
     return one_positive_task(spec, opts, seed, judged, pool_mode, ids_of=lambda c: pids[c],
                              texts_of=lambda c: read_esci_products(d / ESCI_PRODUCTS, pids[c], opts.bullet_chars),
-                             info=info)
+                             info=info, distractors=distractors)
 
 
 # ------------------------------------------------------------------------------------------
@@ -663,6 +745,7 @@ MSMARCO_SPEC = TaskSpec(
     "or collection.tsv + queries.tsv + qrels)",
     paper_row=5,
     donates=("mixed", "shift", "scaled"),
+    pool_from_positives=True,
 )
 
 ESCI_SPEC = TaskSpec(
@@ -687,6 +770,7 @@ ESCI_SPEC = TaskSpec(
     "shopping_queries_dataset_products.parquet)",
     paper_row=6,
     donates=("mixed", "shift", "scaled"),
+    pool_from_positives=True,
 )
 
 
