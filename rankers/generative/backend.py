@@ -62,31 +62,76 @@ class NextTokenScores:
 
 @dataclass
 class GenerationStats:
-    """What a ranker's generation cost, summed over the run (``ranker_info["generation"]``)."""
+    """What a ranker's generation cost and how readable the model was, summed over the run
+    (``ranker_info["generation"]``).
 
-    calls: int = 0  # model calls actually made (cache misses)
-    cache_hits: int = 0
+    Cost is **honest under the cache**: ``calls``, ``tokens_in``, ``tokens_out`` and ``seconds``
+    count every answer the ranking used, at what it cost the run that produced it (a replayed
+    answer carries its original tokens and seconds); ``cache_hits`` says how many of them were
+    replayed and ``fresh`` what this run paid itself (model calls made, their tokens and seconds).
+
+    Readability (``GenerativeRanker`` fills it): ``answers`` read by a parser, ``parse_failures``
+    (answers that had to be repaired or could not be read; by kind in ``repairs``), ``fallbacks``
+    (answers read only by a fallback, e.g. IRanker's name similarity), ``comparisons`` and
+    ``ties`` (pairwise verdicts that gave no winner), and per list the rank correlation of the
+    output with the input order (``lists``, and sums of Kendall's tau-b and Spearman's rho)."""
+
+    calls: int = 0  # answers used, each counted as the model call that produced it
+    cache_hits: int = 0  # of which replayed from the response cache
     tokens_in: int = 0
     tokens_out: int = 0
-    seconds: float = 0.0  # wall time of the model calls (cache hits excluded)
+    seconds: float = 0.0  # model wall time that produced the answers (replayed ones: the original)
+    fresh_calls: int = 0  # model calls made by this run (cache misses)
+    fresh_tokens_in: int = 0
+    fresh_tokens_out: int = 0
+    fresh_seconds: float = 0.0
+    answers: int = 0
     parse_failures: int = 0  # answers the ranker's parser had to repair or could not read
+    fallbacks: int = 0
+    comparisons: int = 0
+    ties: int = 0
+    lists: int = 0
+    tau_sum: float = 0.0
+    rho_sum: float = 0.0
     repairs: dict[str, int] = field(default_factory=dict)  # repair kind -> count (duplicates, missing, ...)
 
     def add(self, c: Completion | NextTokenScores) -> None:
+        tokens_out = int(getattr(c, "tokens_out", 0))
+        self.calls += 1
+        self.tokens_in += c.tokens_in
+        self.tokens_out += tokens_out
+        self.seconds += c.seconds
         if c.cached:
             self.cache_hits += 1
             return
-        self.calls += 1
-        self.tokens_in += c.tokens_in
-        self.tokens_out += getattr(c, "tokens_out", 0)
-        self.seconds += c.seconds
+        self.fresh_calls += 1
+        self.fresh_tokens_in += c.tokens_in
+        self.fresh_tokens_out += tokens_out
+        self.fresh_seconds += c.seconds
 
     def repaired(self, kind: str, n: int = 1) -> None:
         if n:
             self.repairs[kind] = self.repairs.get(kind, 0) + n
 
     def as_dict(self) -> dict[str, Any]:
-        return {**asdict(self), "seconds": round(self.seconds, 3)}
+        """The record's form: the counters, plus the shares ``rbench run`` and ``rbench table``
+        judge a ranker by (``rbench.results.ranking_checks``): ``repaired_share`` (parse failures
+        and fallbacks per answer read), ``tie_share`` (ties per comparison), and the mean over
+        lists of ``input_order_tau`` / ``input_order_spearman`` (None before any list)."""
+        out: dict[str, Any] = {
+            "calls": self.calls, "cache_hits": self.cache_hits, "tokens_in": self.tokens_in,
+            "tokens_out": self.tokens_out, "seconds": round(self.seconds, 3),
+            "fresh": {"calls": self.fresh_calls, "tokens_in": self.fresh_tokens_in,
+                      "tokens_out": self.fresh_tokens_out, "seconds": round(self.fresh_seconds, 3)},
+            "answers": self.answers, "parse_failures": self.parse_failures, "fallbacks": self.fallbacks,
+            "repairs": dict(self.repairs), "comparisons": self.comparisons, "ties": self.ties, "lists": self.lists,
+        }
+        out["repaired_share"] = (round((self.parse_failures + self.fallbacks) / self.answers, 4)
+                                 if self.answers else None)
+        out["tie_share"] = round(self.ties / self.comparisons, 4) if self.comparisons else None
+        out["input_order_tau"] = round(self.tau_sum / self.lists, 4) if self.lists else None
+        out["input_order_spearman"] = round(self.rho_sum / self.lists, 4) if self.lists else None
+        return out
 
 
 @runtime_checkable

@@ -5,10 +5,12 @@
   from the environment variable ``api_key_env``), the ``model`` (default ``smollm2-135m``, the
   offline SmolLM2-135M-Instruct), ``device``/``dtype``/``batch_size`` for local backends, decoding
   (``max_new_tokens``: 0 = the ranker's own default; ``temperature`` 0 = greedy; ``seed``: None =
-  the run's seed), ``max_candidate_chars`` (each candidate's text is cut to this many characters,
-  see ``prompts.truncate``), ``cache`` (answers are kept in one sqlite file under
-  ``<cache_dir>/generation/``, keyed by backend identity, prompt and decoding, so a re-run or a
-  crashed run pays only for what is missing) and ``max_list``.
+  the run's seed), ``max_candidate_words`` (each candidate's text is cut to this many words,
+  default 300 as RankGPT's paper; a prompt that still exceeds the backend's context is shrunk to
+  fit, ``fit_words``) and ``max_candidate_chars`` (0: no cut by characters), ``cache`` (answers
+  are kept in one sqlite file under ``<cache_dir>/generation/``, keyed by backend identity
+  (weights by content digest), prompt, decoding and ``prompts.TEMPLATE_VERSION``, so a re-run or
+  a crashed run pays only for what is missing) and ``max_list``.
 - **Inputs**: query text is ``queries.texts[i]`` (the raw query, never the LLM template);
   candidate text is ``pool.text_batch(idx)`` of the pool ``index`` received; the domain's wording
   comes from ``task.spec.domain`` read in ``fit`` (``prompts.WORDING``).
@@ -22,9 +24,13 @@
   ``set_dependent = True`` (an order is a decision over the whole list: the engine scores each
   query's list in one call), ``transfers = True`` (nothing is fitted), ``rerank_depth = 20``
   (the default depth of ``--rerank-from``).
-- **Record**: ``info["generation"]`` = ``GenerationStats.as_dict()`` (model calls, cache hits,
-  tokens, seconds, parse failures and repairs by kind), ``info["backend"]`` = the backend's
-  identity, ``info["prompt"]`` names the prompt and the domain wording used.
+- **Record**: ``info["generation"]`` = ``GenerationStats.as_dict()`` (the cost of the answers used,
+  the cache hits and this run's own cost apart, parse failures, fallbacks, ties, repairs by kind,
+  and the mean rank correlation of each output list with its input order), ``info["backend"]``
+  = the backend's identity, ``info["prompt"]`` names the prompt, its template version and the
+  domain wording used. ``rbench run`` warns and ``rbench table`` marks a record whose output is
+  (nearly) the input order or whose answers were mostly repaired
+  (``rbench.results.ranking_checks``).
 - A ready backend object may be passed as ``backend=`` to the constructor (tests, notebooks); it
   sits behind the same cache and counters as a built one (its ``identity()`` keys the cache).
 """
@@ -32,15 +38,19 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import BaseRanker, RBenchError
+from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, Range, RBenchError, Seed
 
 from .backend import Chat, Decoding, GenerationStats
-from .prompts import truncate, wording
+from .failures import rank_queries
+from .prompts import TEMPLATE_VERSION, truncate, wording
+
+# the most candidates one LLM prompt lists: every list is a prompt (and a window's answer) per query (issue 42)
+MaxList = Annotated[int, Range(1, 10_000)]
 
 ALL_DOMAINS = ("recommendation", "routing", "passage", "product", "generic")
 
@@ -53,29 +63,61 @@ class GenerativeOptions:
     model: str = "smollm2-135m"
     base_url: str = ""  # openai backend: the server's URL
     api_key_env: str = "OPENAI_API_KEY"  # openai backend: the environment variable holding the key
+    timeout_s: Annotated[float, Range(0, 86_400, lo_open=True)] = 60.0  # openai backend: seconds one try of a request may take in all (headers and body)
+    retries: Annotated[int, Range(0, 100)] = 4  # openai backend: tries after the first on a timeout, lost connection, 429 or 5xx
+    concurrency: Annotated[int, Range(1, 256)] = 4  # openai backend: requests in flight at once (1 for a one-at-a-time server, e.g. llama.cpp's)
+    deadline_s: Annotated[float, Range(0, 30 * 86_400)] = 0.0  # openai backend: seconds all requests of the run may take together (0: no limit)
+    on_failure: Literal["abort", "skip"] = "abort"  # a query whose request fails: abort the run, or skip it (scored as a miss, counted)
     device: str = "auto"
     dtype: str = "auto"
-    batch_size: int = 8
-    max_new_tokens: int = 0  # 0: the ranker's default for its answers
-    temperature: float = 0.0
-    seed: int | None = None  # None: the run's seed
-    max_candidate_chars: int = 300
+    batch_size: AtLeast1 = 8
+    max_new_tokens: Annotated[int, Range(0, 1 << 20)] = 0  # 0: the ranker's default for its answers
+    temperature: Annotated[float, Range(0, 100)] = 0.0
+    seed: Seed | None = None  # None: the run's seed
+    max_candidate_words: AtLeast0 = 300  # RankGPT's cut; shrunk further when a prompt exceeds the context
+    max_candidate_chars: AtLeast0 = 0  # 0: no cut by characters
     cache: bool = True
-    max_list: int = 100
+    max_list: MaxList = 100
 
     def validate(self) -> None:
-        for name in ("batch_size", "max_list"):
-            if getattr(self, name) < 1:
-                raise RBenchError(f"{name} must be >= 1")
-        for name in ("max_new_tokens", "max_candidate_chars"):
-            if getattr(self, name) < 0:
-                raise RBenchError(f"{name} must be >= 0")
-        if self.temperature < 0:
-            raise RBenchError("temperature must be >= 0")
         from .backends import KINDS  # the factory's list: one place
 
         if self.backend not in KINDS:
             raise RBenchError(f"backend {self.backend!r}: choose {', '.join(KINDS)}")
+
+
+def input_order_correlation(scores: np.ndarray) -> tuple[float, float]:
+    """(Kendall's tau-b, Spearman's rho) of one list's scores with its input order (the first
+    candidate of the input is "best": score ``m - position``). 1.0: the output *is* the input
+    order; about 0: unrelated. A list of one candidate, or constant scores, gives (1.0, 1.0): it
+    ranked nothing."""
+    x = np.asarray(scores, dtype=np.float64)
+    m = x.shape[0]
+    if m < 2 or np.all(x == x[0]):
+        return 1.0, 1.0
+    y = m - np.arange(m, dtype=np.float64)
+    dx = np.sign(x[:, None] - x[None, :])
+    dy = np.sign(y[:, None] - y[None, :])
+    iu = np.triu_indices(m, 1)
+    concord = float((dx * dy)[iu].sum())
+    tx, ty = float(np.abs(dx[iu]).sum()), float(np.abs(dy[iu]).sum())
+    tau = concord / np.sqrt(tx * ty)
+    rx = _average_ranks(x)
+    ry = _average_ranks(y)
+    rx, ry = rx - rx.mean(), ry - ry.mean()
+    rho = float((rx * ry).sum() / np.sqrt((rx * rx).sum() * (ry * ry).sum()))
+    return float(tau), rho
+
+
+def _average_ranks(x: np.ndarray) -> np.ndarray:
+    order = np.argsort(x, kind="stable")
+    ranks = np.empty(len(x), dtype=np.float64)
+    ranks[order] = np.arange(len(x), dtype=np.float64)
+    for v in np.unique(x):
+        tied = x == v
+        if tied.sum() > 1:
+            ranks[tied] = ranks[tied].mean()
+    return ranks
 
 
 def order_scores(order: Any, m: int) -> np.ndarray:
@@ -118,6 +160,7 @@ class GenerativeRanker(BaseRanker):
         self._backend: Any = None
         self._pool: Pool | None = None
         self.domain = "generic"
+        self.scenario = ""  # routing: the task's objective (balance / performance / cost)
         self.stats = GenerationStats()
         self.info: dict[str, Any] = {}
 
@@ -131,7 +174,7 @@ class GenerativeRanker(BaseRanker):
 
             inner = self._given_backend if self._given_backend is not None else self._make_backend()
             cache = ResponseCache(self.context.cache_dir / "generation" / "responses.sqlite") if self.cfg.cache else None
-            self._backend = CachedBackend(inner, cache, self.stats)
+            self._backend = CachedBackend(inner, cache, self.stats, namespace={"template": TEMPLATE_VERSION})
             self.info["backend"] = dict(self._backend.identity())
         return self._backend
 
@@ -141,7 +184,8 @@ class GenerativeRanker(BaseRanker):
                                    "batch_size": cfg.batch_size}
         if cfg.backend == "openai":
             options = {"model": cfg.model, "base_url": cfg.base_url, "api_key_env": cfg.api_key_env,
-                       "batch_size": cfg.batch_size}
+                       "batch_size": cfg.batch_size, "timeout_s": cfg.timeout_s, "retries": cfg.retries,
+                       "concurrency": cfg.concurrency, "deadline_s": cfg.deadline_s}
         try:
             from .backends import make_backend
         except ImportError:  # the factory is not there: the in-process backend still is
@@ -158,16 +202,48 @@ class GenerativeRanker(BaseRanker):
                         temperature=float(self.cfg.temperature), seed=int(seed))
 
     def generate(self, chats: list[Chat], max_new_tokens: int | None = None) -> list[str]:
-        """The model's answer to each chat (cached, counted)."""
+        """The model's answer to each chat (cached, counted; each counts one answer read)."""
         if not chats:
             return []
-        return [c.text for c in self.backend.chat(chats, self.decoding(max_new_tokens))]
+        texts = [c.text for c in self.backend.chat(chats, self.decoding(max_new_tokens))]
+        self.stats.answers += len(texts)
+        return texts
+
+    @property
+    def prefill_available(self) -> bool:
+        """Whether the backend continues a partial assistant message (a primed answer)."""
+        return bool(getattr(self.backend, "supports_prefill", False))
+
+    def fit_words(self, make_chat: Any, new_tokens: int) -> Chat:
+        """``make_chat(max_words)`` at ``max_candidate_words``, shrunk (fewer words per candidate,
+        as rank_llm shrinks passages) until the prompt and ``new_tokens`` fit the backend's
+        context; a backend that cannot count tokens gets the first. The smallest limit used is
+        recorded (``info["shrunk_to_words"]``)."""
+        words = int(self.cfg.max_candidate_words) or 10 ** 6
+        chat = make_chat(words)
+        inner = getattr(self.backend, "backend", self.backend)
+        count, limit = getattr(inner, "count_tokens", None), getattr(inner, "context_length", None)
+        if not callable(count) or not limit:
+            return chat
+        for _ in range(12):
+            n = int(count([chat])[0])
+            room = int(limit) - int(new_tokens)
+            if n <= room or words <= 8:
+                break
+            longest = max((len(m["content"].split()) for m in chat), default=1)
+            words = max(8, min(words, longest) * room // max(n, 1) * 9 // 10)
+            chat = make_chat(words)
+            prev = self.info.get("shrunk_to_words")
+            self.info["shrunk_to_words"] = words if prev is None else min(prev, words)
+        return chat
 
     def label_logprobs(self, chats: list[Chat], labels: tuple[str, ...]) -> list[dict[str, float | None]]:
         """Log-probabilities of single-token ``labels`` as each chat's answer (cached, counted)."""
         if not chats:
             return []
-        return [dict(s.logprobs) for s in self.backend.next_token_logprobs(chats, labels)]
+        got = [dict(s.logprobs) for s in self.backend.next_token_logprobs(chats, labels)]
+        self.stats.answers += len(got)
+        return got
 
     @property
     def logprobs_available(self) -> bool:
@@ -187,6 +263,8 @@ class GenerativeRanker(BaseRanker):
 
     def fit(self, task: TaskData) -> None:
         self.domain = str(task.spec.domain)
+        info = getattr(task, "info", None) or {}
+        self.scenario = str(info.get("scenario", "")) if self.domain == "routing" else ""
 
     def index(self, pool: Pool) -> None:
         self._pool = pool
@@ -206,17 +284,23 @@ class GenerativeRanker(BaseRanker):
         rows = cand if cand.ndim == 2 else np.broadcast_to(cand, (len(queries), m))
         out = np.zeros(rows.shape, dtype=np.float64)
         if rows.size:
-            limit = self.cfg.max_candidate_chars
             uniq, inv = np.unique(rows, return_inverse=True)
-            texts = [truncate(t, limit) for t in self._pool.text_batch(uniq)]
+            texts = [truncate(t, self.cfg.max_candidate_chars, self.cfg.max_candidate_words)
+                     for t in self._pool.text_batch(uniq)]
             inv = inv.reshape(rows.shape)
             docs = [[texts[j] for j in inv[i]] for i in range(len(rows))]
             qs = [" ".join(str(queries.texts[i]).split()) for i in range(len(queries))]
-            out = np.asarray(self.rank(qs, docs), dtype=np.float64).reshape(rows.shape)
+            out = rank_queries(self, qs, docs).reshape(rows.shape)
+            for row in out:  # how far each output list is from its input order (record, checks)
+                tau, rho = input_order_correlation(row)
+                self.stats.lists += 1
+                self.stats.tau_sum += tau
+                self.stats.rho_sum += rho
         self.info["generation"] = self.stats.as_dict()
         if self._backend is not None:
             self.info["backend"] = dict(self._backend.identity())
-        self.info["prompt"] = {"ranker": self.name, "domain": self.domain, "noun": self.wording.noun}
+        self.info["prompt"] = {"ranker": self.name, "domain": self.domain, "noun": self.wording.noun,
+                               "template": TEMPLATE_VERSION, **({"scenario": self.scenario} if self.scenario else {})}
         return out
 
     def rank(self, queries: list[str], docs: list[list[str]]) -> np.ndarray:

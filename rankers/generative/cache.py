@@ -3,9 +3,11 @@
 ``ResponseCache`` is one sqlite3 file (stdlib, WAL journal, one row per key). The key is the
 sha256 of the canonical JSON (sorted keys, no spaces) of::
 
-    [backend.identity(), kind, chat, settings]
+    [backend.identity(), kind, chat, settings]            (namespace empty)
+    [backend.identity(), kind, chat, settings, namespace]  (otherwise)
 
-with ``kind`` ``"chat"`` (``settings`` = ``Decoding.as_dict()``) or ``"logprobs"`` (``settings``
+with ``namespace`` what else decides an answer (the rankers pass the prompt template version,
+``prompts.TEMPLATE_VERSION``), ``kind`` ``"chat"`` (``settings`` = ``Decoding.as_dict()``) or ``"logprobs"`` (``settings``
 = the labels, in the order given). Every answer is committed as soon as its batch returns, so a
 run killed mid-way loses at most the batch in flight and a re-run pays only for what is missing.
 
@@ -14,15 +16,26 @@ only the misses to the wrapped backend (in chunks of ``chunk_size``, by default 
 ``batch_size``; each chunk is stored as it returns), returns hits with ``cached=True`` and adds
 every answer to ``stats``. Identical requests inside one call are asked once. ``cache=None``
 passes everything through (still counted).
+
+Validated before stored, validated when read: an answer is stored only when its value has the
+form the readers expect (``text`` a string; token counts non-negative integers; seconds and
+logprobs finite numbers, a logprob may be ``None``); an answer that does not is returned to the
+ranker but never cached, so a hostile or broken answer cannot be replayed into later runs. A
+stored entry that cannot be read back (not JSON, a missing field, a wrong type) is reported in one
+warning line naming the cache file and the entry's key, and **re-asked** (treated as a miss; the
+fresh answer replaces it). The ranker's parsers never raise on any text (digit runs are capped,
+``parse.MAX_DIGITS``), so what the cache holds can always be parsed.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import sqlite3
 import threading
 import time
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -38,11 +51,14 @@ def canonical_json(obj: Any) -> str:
     return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
 
 
-def request_key(identity: dict[str, Any], kind: str, chat: Chat, settings: Any) -> str:
-    """sha256 of the canonical JSON of (identity, kind, chat, decoding dict or labels)."""
+def request_key(identity: dict[str, Any], kind: str, chat: Chat, settings: Any,
+                namespace: dict[str, Any] | None = None) -> str:
+    """sha256 of the canonical JSON of (identity, kind, chat, decoding dict or labels[, namespace])."""
     if kind not in ("chat", "logprobs"):
         raise ValueError(f"request kind {kind!r}")
-    payload = [identity, kind, [dict(m) for m in chat], settings]
+    payload: list[Any] = [identity, kind, [dict(m) for m in chat], settings]
+    if namespace:
+        payload.append(namespace)
     return hashlib.sha256(canonical_json(payload).encode("utf-8")).hexdigest()
 
 
@@ -77,8 +93,9 @@ class ResponseCache:
 
     # -- the store --------------------------------------------------------------------------
 
-    def get_many(self, keys: list[str]) -> dict[str, dict[str, Any]]:
-        found: dict[str, dict[str, Any]] = {}
+    def get_many(self, keys: list[str]) -> dict[str, Any]:
+        """key -> the stored value (``UNREADABLE`` for an entry that is not JSON)."""
+        found: dict[str, Any] = {}
         unique = list(dict.fromkeys(keys))
         with self._guard("read"):
             conn = self._conn()
@@ -87,7 +104,10 @@ class ResponseCache:
                 rows = conn.execute(
                     f"SELECT key, value FROM responses WHERE key IN ({','.join('?' * len(part))})", part)
                 for key, value in rows:
-                    found[key] = json.loads(value)
+                    try:
+                        found[key] = json.loads(value)
+                    except (ValueError, TypeError, RecursionError):
+                        found[key] = UNREADABLE
             conn.commit()  # end the read transaction (WAL checkpoints need it)
         return found
 
@@ -120,6 +140,9 @@ class ResponseCache:
         if conn is not None:
             conn.close()
             self._local.conn = None
+
+
+UNREADABLE = object()  # a stored entry that is not JSON
 
 
 class _Guard:
@@ -163,14 +186,34 @@ def _scores_value(s: NextTokenScores) -> dict[str, Any]:
     return {"logprobs": dict(s.logprobs), "tokens_in": s.tokens_in, "seconds": s.seconds}
 
 
+def _count(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def _finite(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def valid_value(kind: str, v: Any) -> bool:
+    """Whether ``v`` is an answer of ``kind`` in the form the readers expect (see the module doc)."""
+    if not isinstance(v, dict) or not _count(v.get("tokens_in")) or not _finite(v.get("seconds")):
+        return False
+    if kind == "chat":
+        return isinstance(v.get("text"), str) and _count(v.get("tokens_out"))
+    lp = v.get("logprobs")
+    return isinstance(lp, dict) and all(isinstance(k, str) and (x is None or _finite(x)) for k, x in lp.items())
+
+
 class CachedBackend:
     """Any ``Backend`` behind a ``ResponseCache`` (or none), counting into ``GenerationStats``.
 
     It is itself a ``Backend`` (same ``kind``, ``supports_logprobs`` and ``identity``)."""
 
     def __init__(self, backend: Backend, cache: ResponseCache | None | bool = None,
-                 stats: GenerationStats | None = None, chunk_size: int | None = None) -> None:
+                 stats: GenerationStats | None = None, chunk_size: int | None = None,
+                 namespace: dict[str, Any] | None = None) -> None:
         self.backend = backend
+        self.namespace = dict(namespace or {})
         # an empty ResponseCache is falsy (__len__): test for the off values explicitly
         self.cache = None if cache is None or cache is False else cache
         self.stats = stats if stats is not None else GenerationStats()
@@ -185,6 +228,11 @@ class CachedBackend:
     @property
     def supports_logprobs(self) -> bool:  # type: ignore[override]
         return bool(self.backend.supports_logprobs)
+
+    @property
+    def supports_prefill(self) -> bool:
+        """Whether a chat may end with a partial assistant message that the model continues."""
+        return bool(getattr(self.backend, "supports_prefill", False))
 
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
@@ -216,8 +264,12 @@ class CachedBackend:
                 self.stats.add(a)
             return answers
         ident = self.identity()
-        keys = [request_key(ident, kind, chat, settings) for chat in chats]
+        keys = [request_key(ident, kind, chat, settings, self.namespace) for chat in chats]
         hits = self.cache.get_many(keys)
+        for key in [k for k, v in hits.items() if not valid_value(kind, v)]:
+            warnings.warn(f"response cache {self.cache.path}: entry {key[:16]} cannot be read "
+                          f"(not a {kind} answer); asking the model again", stacklevel=2)
+            del hits[key]
         results: dict[str, Any] = {}
         missing: dict[str, Chat] = {}  # key -> chat, each asked once, in first-seen order
         for key, chat in zip(keys, chats):
@@ -229,7 +281,9 @@ class CachedBackend:
             answers = list(call([chat for _, chat in part]))
             if len(answers) != len(part):
                 raise RBenchError(f"backend {self.kind!r} returned {len(answers)} answers for {len(part)} requests")
-            self.cache.put_many(kind, [(key, to_value(a)) for (key, _), a in zip(part, answers)])
+            # only answers of the expected form are stored (validated before cached)
+            self.cache.put_many(kind, [(key, to_value(a)) for (key, _), a in zip(part, answers)
+                                       if valid_value(kind, to_value(a))])
             for (key, _), a in zip(part, answers):
                 results[key] = a
                 self.stats.add(a)

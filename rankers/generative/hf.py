@@ -11,6 +11,12 @@
   cut before the first stop string. ``tokens_in`` = the prompt's tokens (padding excluded);
   ``tokens_out`` = generated tokens up to and including the first EOS; ``seconds`` = the batch's
   wall time split evenly over its requests.
+- Identity: the weights are identified by a sha256 of their files' **contents** (``file_digest``,
+  cached by (path, size, mtime)), so a replaced file of the same size is a new model to the cache.
+- A chat whose last message is the assistant's is *continued* (``continue_final_message``): a
+  primed answer (``supports_prefill``), as PRP primes the noun and IRanker its ``<think>``.
+- ``continuation_logprobs``: the mean log-probability of a continuation (pointwise query
+  likelihood). ``count_tokens`` / ``context_length``: what ``fit_words`` shrinks prompts by.
 - ``next_token_logprobs``: one forward pass per batch, ``log_softmax`` of the last position's
   logits (in float32). A label maps to a token as **the first token of the label's encoding
   without special tokens** (``tokenizer.encode(label, add_special_tokens=False)[0]``), so "A",
@@ -50,9 +56,57 @@ def resolve(model: str, gguf_file: str | None = None) -> tuple[str, str | None]:
         raise RBenchError(_quiet(str(exc))) from None
 
 
+_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, this process
+
+
+def _digest_store() -> Path:
+    import os
+
+    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    return root / "rbench" / "weights-digests.json"
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's contents, remembered by (absolute path, size, mtime) in this process and
+    in ``~/.cache/rbench/weights-digests.json``, so a multi-GB weights file is hashed once, and
+    again only when it changes (a changed size or mtime is a new entry)."""
+    import json
+
+    st = path.stat()
+    key = (str(path.resolve()), int(st.st_size), int(st.st_mtime_ns))
+    if key in _DIGESTS:
+        return _DIGESTS[key]
+    store = _digest_store()
+    skey = f"{key[0]}|{key[1]}|{key[2]}"
+    try:
+        known = json.loads(store.read_text(encoding="utf-8"))
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    digest = known.get(skey)
+    if not isinstance(digest, str) or len(digest) != 64:
+        h = hashlib.sha256()
+        with open(path, "rb") as f:
+            for block in iter(lambda: f.read(1 << 22), b""):
+                h.update(block)
+        digest = h.hexdigest()
+        known[skey] = digest
+        try:
+            store.parent.mkdir(parents=True, exist_ok=True)
+            tmp = store.with_suffix(f".{id(known)}.tmp")
+            tmp.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
+            tmp.replace(store)
+        except OSError:  # a read-only home: hash again next time, never fail a run for it
+            pass
+    _DIGESTS[key] = digest
+    return digest
+
+
 def weights_digest(model: str, gguf_file: str | None = None) -> str:
-    """A digest of the weight/tokenizer/config files' names and sizes (16 hex digits), or ``""``
-    for a hub id with no local folder. Only the named GGUF counts when a folder holds several."""
+    """A digest of the **contents** of the weight/tokenizer/config files (16 hex digits), or
+    ``""`` for a hub id with no local folder. Only the named GGUF counts when a folder holds
+    several. Each file's sha256 is cached by (path, size, mtime) (``file_digest``)."""
     where, gguf = resolve(model, gguf_file)
     path = Path(where)
     if not path.is_dir():
@@ -63,13 +117,24 @@ def weights_digest(model: str, gguf_file: str | None = None) -> str:
         files = [p for p in files if p.suffix != ".gguf" or p.name == gguf]
     h = hashlib.sha256()
     for p in files:
-        h.update(f"{p.name}:{p.stat().st_size}\n".encode())
+        h.update(f"{p.name}:{file_digest(p)}\n".encode())
     return h.hexdigest()[:16]
+
+
+def template_text(tok: Any, chat: Chat) -> str:
+    """The prompt text of a conversation: the chat template with the generation prompt, or, when
+    the last message is the assistant's (a primed answer: PRP's "Passage", IRanker's thinking
+    prefix), that message continued (no end-of-turn after it)."""
+    if chat and chat[-1].get("role") == "assistant":
+        return str(tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=False,
+                                           continue_final_message=True))
+    return str(tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True))
 
 
 class TransformersBackend:
     kind = "transformers"
     supports_logprobs = True
+    supports_prefill = True  # a chat may end with a partial assistant message, continued
 
     def __init__(self, model: str, device: str = "auto", dtype: str = "auto", batch_size: int = 8,
                  revision: str = "", gguf_file: str | None = None, max_length: int = 4096,
@@ -161,7 +226,7 @@ class TransformersBackend:
     def _encode(self, chats: list[Chat], room: int) -> tuple[Any, Any]:
         """Left-padded input ids and attention mask for a batch of conversations."""
         _, tok = self.load()
-        texts = [tok.apply_chat_template(chat, tokenize=False, add_generation_prompt=True) for chat in chats]
+        texts = [template_text(tok, chat) for chat in chats]
         enc = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False)
         lengths = enc["attention_mask"].sum(dim=1).tolist()
         limit = self.max_length - room
@@ -170,6 +235,16 @@ class TransformersBackend:
                               f"less {room} new tokens for model {self.model_name!r}; shorten the prompt "
                               "(fewer or shorter candidates) or raise max_length")
         return enc["input_ids"].to(self._model.device), enc["attention_mask"].to(self._model.device)
+
+    @property
+    def context_length(self) -> int:
+        """The most tokens a prompt and its answer may take together (``max_length``)."""
+        return self.max_length
+
+    def count_tokens(self, chats: list[Chat]) -> list[int]:
+        """Each conversation's prompt length in tokens (as ``chat`` would send it)."""
+        _, tok = self.load()
+        return [len(tok(template_text(tok, chat), add_special_tokens=False)["input_ids"]) for chat in chats]
 
     def chat(self, chats: list[Chat], decoding: Decoding) -> list[Completion]:
         out: list[Completion] = []
@@ -232,6 +307,27 @@ class TransformersBackend:
             for row, n_in in zip(logp, mask.sum(dim=1).tolist()):
                 out.append(NextTokenScores(logprobs={lab: float(row[t]) for lab, t in token_of.items()},
                                            tokens_in=int(n_in), seconds=each))
+        return out
+
+    def continuation_logprobs(self, chats: list[Chat], continuations: list[str]) -> list[float]:
+        """The mean log-probability of each continuation's tokens as the answer to its chat (the
+        query-likelihood score of UPR): one forward pass per request, in float32."""
+        import torch
+
+        model, tok = self.load()
+        out: list[float] = []
+        for chat, cont in zip(chats, continuations):
+            prompt = tok(template_text(tok, chat), add_special_tokens=False)["input_ids"]
+            tail = tok(str(cont), add_special_tokens=False)["input_ids"] or [tok.eos_token_id]
+            if len(prompt) + len(tail) > self.max_length:
+                raise RBenchError(f"a prompt of {len(prompt) + len(tail)} tokens exceeds max_length={self.max_length} "
+                                  f"for model {self.model_name!r}; shorten the candidates (max_candidate_words)")
+            ids = torch.tensor([prompt + tail], device=model.device)
+            with torch.inference_mode():
+                logits = model(input_ids=ids).logits[0, len(prompt) - 1:-1, :]
+            logp = torch.log_softmax(logits.float(), dim=-1)
+            picked = logp[torch.arange(len(tail)), torch.tensor(tail, device=logp.device)]
+            out.append(float(picked.mean()))
         return out
 
     def close(self) -> None:

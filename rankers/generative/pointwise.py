@@ -59,7 +59,7 @@ class PointwiseLLMRanker(GenerativeRanker):
     """Per-candidate yes/no relevance (or query likelihood) (see the module docstring)."""
 
     name = "pointwise-llm"
-    version = "1"
+    version = "2"
     description = "pointwise LLM relevance (HELM yes/no logprob difference; or query likelihood, UPR)"
     Config = PointwiseOptions
     set_dependent = False

@@ -33,10 +33,13 @@ from those papers' descriptions, not copied from their code):
   with Zero-Shot Question Generation" (UPR): ``Passage: ...\\nPlease write a question based on this
   passage.``; the score is the mean log-probability of the query's tokens as the answer.
 
-Candidate texts are cut to ``max_chars`` characters (``truncate``; default 300 in the rankers).
-RankGPT cuts passages to 300 *words*; characters are used here because they bound the prompt
-without a tokenizer and identically for every backend (300 characters are about 50 English
-words: 20 candidates of a window then fit a 2k-token context, which small local models have).
+Candidate texts are cut to ``max_words`` words (``truncate``; default 300, RankGPT's cut) and,
+optionally, ``max_chars`` characters (default 0: off). A prompt that still does not fit the
+backend's context is shrunk (``GenerativeRanker.fit_words``: fewer words per candidate, as
+rank_llm shrinks passages to fit), and the smallest word limit used is recorded.
+
+``TEMPLATE_VERSION`` names this file's wording: it is part of every response-cache key, so an
+edited prompt is never answered from the cache of the old one. Bump it with any wording change.
 """
 
 from __future__ import annotations
@@ -47,6 +50,8 @@ from rbench.api import PROMPTS
 
 Message = dict[str, str]
 Chat = list[Message]
+
+TEMPLATE_VERSION = "2"  # bump on any change of a prompt's wording (it keys the response cache)
 
 
 @dataclass(frozen=True)
@@ -74,9 +79,11 @@ def wording(domain: str) -> Wording:
     return WORDING.get(domain, WORDING["generic"])
 
 
-def truncate(text: str, max_chars: int) -> str:
-    """``text`` with its whitespace runs collapsed, cut to ``max_chars`` characters (0: whole)."""
-    flat = " ".join(str(text).split())
+def truncate(text: str, max_chars: int = 0, max_words: int = 0) -> str:
+    """``text`` with its whitespace runs collapsed, cut to its first ``max_words`` words, then to
+    ``max_chars`` characters (0: no cut)."""
+    words = str(text).split()
+    flat = " ".join(words[:max_words] if max_words > 0 else words)
     return flat if max_chars <= 0 or len(flat) <= max_chars else flat[:max_chars].rstrip()
 
 
@@ -113,26 +120,76 @@ PRP_TEMPLATE = ('Given a query "{query}", which of the following two {plural} is
                 '\n\n{Noun} A: "{a}"\n\n{Noun} B: "{b}"\n\nOutput {Noun} A or {Noun} B:')
 
 
-def prp_chat(query: str, a: str, b: str, domain: str) -> Chat:
-    """PRP's pairwise prompt (Qin et al. 2024); the answer labels are "A" and "B"."""
+def prp_chat(query: str, a: str, b: str, domain: str, prime: bool = False) -> Chat:
+    """PRP's pairwise prompt (Qin et al. 2024); the answer labels are "A" and "B". ``prime``: the
+    assistant turn already holds the domain's noun ("Passage"), so the next token is the label
+    (" A" / " B"), as llm-rankers scores it."""
     w = wording(domain)
-    return [{"role": "user", "content": PRP_TEMPLATE.format(query=query, plural=w.plural,
-                                                             Noun=w.noun.capitalize(), a=a, b=b)}]
+    chat = [{"role": "user", "content": PRP_TEMPLATE.format(query=query, plural=w.plural,
+                                                            Noun=w.noun.capitalize(), a=a, b=b)}]
+    if prime:
+        chat.append({"role": "assistant", "content": w.noun.capitalize()})
+    return chat
 
 
 # ------------------------------------------------------------------------------------- IRanker
 
 IRANKER_SYSTEM = ("You are IRanker, an assistant that ranks candidate {plural} for a {task} task by "
                   "eliminating, one at a time, the least relevant candidate.")
+# IRanker's reference evaluation (eval_router.py): one question per GraphRouter scenario
+ROUTING_LEAST = {
+    "balance": ("least BALANCED for handling this query, considering both the query requirements and "
+                "cost efficiency"),
+    "cost": ("least COST-EFFICIENT for handling this query, prioritizing cost efficiency while still "
+             "meeting the minimum requirements"),
+    "performance": ("least PERFORMANCE-EFFICIENT for handling this query, prioritizing performance and "
+                    "quality while still being cost-conscious"),
+}
+THINK_SUFFIX = " Show your work in <think> </think> tags. And return the final answer in <answer> </answer> tags."
+THINK_PRIME = "Let me solve this step by step.\n<think>"  # the reference's assistant prefix
 
 
-def iranker_step_chat(query: str, texts: list[str], ids: list[int], domain: str) -> Chat:
-    """One elimination step (Feng et al. 2025): the candidates still in play (``ids``: their
-    0-based input positions, shown as [id+1]) and the question which one to eliminate."""
+def candidate_name(text: str) -> str:
+    """What an answer may call a candidate by: the text before ``": "`` when that is a short name
+    (a routing model's "LLaMA-3 (70b): description"), else the text itself."""
+    head = str(text).split(": ", 1)[0]
+    return head if ": " in str(text) and len(head) <= 100 else str(text)
+
+
+def iranker_step_chat(query: str, texts: list[str], ids: list[int], domain: str,
+                      scenario: str = "", think: bool = False) -> Chat:
+    """One elimination step (Feng et al. 2025) worded as IRanker's reference prompts for the
+    domain (recommendation: least likely next item; routing: the scenario's "least BALANCED /
+    COST-EFFICIENT / PERFORMANCE-EFFICIENT"; passages and the rest: least relevant), with the
+    candidates still in play (``ids``: 0-based input positions, shown as [id+1]). ``think``: the
+    reference's reasoning format (``<think>`` then ``<answer>``, the assistant turn primed with
+    ``THINK_PRIME``); else the answer is the identifier or the full name only."""
     w = wording(domain)
-    user = (f"Task: {w.task}\n\nQuery: {query}\n\nCandidate {w.plural}:\n{numbered(texts, ids)}\n\n"
-            f"Which candidate {w.noun} is the least relevant to the query? It will be eliminated. "
-            f"Answer with its identifier only, e.g. [{ids[-1] + 1}].")
+    n = len(texts)
+    listing = numbered(texts, ids)
+    if domain == "recommendation":
+        head = (f"I've interacted with the following {w.plural} in the past, in order:\n{query}\n\n"
+                f"Now there are {n} candidate {w.plural} that I might choose next:\n{listing}\n\n"
+                f"Please select the one {w.noun} that is least likely to be my next choice, according to my history.")
+        name = f"the full name of the {w.noun}"
+    elif domain == "routing":
+        least = ROUTING_LEAST.get(scenario, ROUTING_LEAST["balance"])
+        head = (f"I've been given the following query:\n{query}\n\n"
+                f"Now there are {n} candidate LLMs that could handle this query:\n{listing}\n\n"
+                f"Please select the one LLM that is {least}.")
+        name = "the full name of the LLM"
+    else:
+        head = (f"Here is a query: {query}.\nAnd here are the candidate {w.plural}:\n{listing}\n\n"
+                f"Select the {w.noun} that is the least relevant to the query.")
+        name = f"the {w.noun} ID"
+    rules = (f"\nYou MUST choose exactly one {w.noun} from the given candidate list."
+             f"\nYou can NOT generate or reference {w.plural} that are not in the given candidate list.")
+    if think:
+        user = f"{head} Please think step by step.{rules}\nReturn {name} or its identifier, e.g. [{ids[-1] + 1}].{THINK_SUFFIX}"
+        return [{"role": "system", "content": IRANKER_SYSTEM.format(plural=w.plural, task=w.task)},
+                {"role": "user", "content": user},
+                {"role": "assistant", "content": THINK_PRIME}]
+    user = f"{head}{rules}\nAnswer with its identifier only, e.g. [{ids[-1] + 1}], or with {name} only."
     return [{"role": "system", "content": IRANKER_SYSTEM.format(plural=w.plural, task=w.task)},
             {"role": "user", "content": user}]
 

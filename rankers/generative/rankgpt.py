@@ -18,6 +18,10 @@ Choices written down:
   identifiers dropped, missing ones appended in their current order); every repaired answer
   counts one ``parse_failures`` and its repairs by kind (``duplicates``, ``out_of_range``,
   ``missing``, in numbers of identifiers).
+- Candidates: their first ``max_candidate_words`` = 300 words (the paper's cut); a window whose
+  prompt and answer budget exceed the backend's context is shrunk to fit (fewer words per
+  candidate, ``fit_words``, as rank_llm does), the smallest limit recorded. Answers are read
+  after ``<think>`` blocks are dropped (``parse.strip_think``).
 - Generation budget: 6 new tokens per candidate of the window ("[12] > " is at most 6 tokens for
   the tokenizers in use), unless ``max_new_tokens`` is set. Greedy decoding by default.
 - Scores: position in the final order, ``m - position`` (set-dependent: one call per list).
@@ -27,15 +31,19 @@ Choices written down:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import numpy as np
 
-from rbench.plugin import RBenchError
+from rbench.plugin import Range, RBenchError
 
 from .backend import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_permutation
-from .prompts import rankgpt_chat
+from .prompts import rankgpt_chat, truncate
+
+# sliding-window passes over a list: each is a prompt per window per query (issue 42: capped)
+Passes = Annotated[int, Range(1, 100)]
 
 
 def sliding_windows(n: int, window: int, step: int) -> list[tuple[int, int]]:
@@ -59,23 +67,21 @@ def sliding_windows(n: int, window: int, step: int) -> list[tuple[int, int]]:
 class RankGPTOptions(GenerativeOptions):
     """Options of ``rankgpt`` (the shared ones, plus the window)."""
 
-    window: int = 20
-    step: int = 10
-    passes: int = 1
+    window: Annotated[int, Range(2, 10_000)] = 20
+    step: Annotated[int, Range(1, 10_000)] = 10
+    passes: Passes = 1
 
     def validate(self) -> None:
         super().validate()
-        if self.window < 2 or not 1 <= self.step <= self.window:
-            raise RBenchError(f"rankgpt: need window >= 2 and 1 <= step <= window (got {self.window}, {self.step})")
-        if self.passes < 1:
-            raise RBenchError("rankgpt: passes must be >= 1")
+        if self.step > self.window:
+            raise RBenchError(f"rankgpt: need step <= window (got window={self.window}, step={self.step})")
 
 
 class RankGPTRanker(GenerativeRanker):
     """RankGPT's listwise sliding-window permutation ranker (see the module docstring)."""
 
     name = "rankgpt"
-    version = "1"
+    version = "2"
     description = "RankGPT listwise LLM reranker (Sun et al. 2023): permutation generation, sliding window 20/10"
     Config = RankGPTOptions
     windowed = True
@@ -93,9 +99,11 @@ class RankGPTRanker(GenerativeRanker):
             for start, end in sliding_windows(m, cfg.window, cfg.step):
                 if end - start < 2:
                     continue  # one candidate: nothing to order
-                chats = [rankgpt_chat(q, [d[j] for j in o[start:end]], self.domain)
-                         for q, d, o in zip(queries, docs, orders)]
-                answers = self.generate(chats, 6 * (end - start))
+                budget = 6 * (end - start)
+                chats = [self.fit_words(lambda w, q=q, d=d, o=o, a=start, b=end: rankgpt_chat(
+                    q, [truncate(d[j], 0, w) for j in o[a:b]], self.domain),
+                    int(cfg.max_new_tokens or budget)) for q, d, o in zip(queries, docs, orders)]
+                answers = self.generate(chats, budget)
                 for o, text in zip(orders, answers):
                     perm, rep = parse_permutation(text, end - start)
                     if rep.total:

@@ -34,6 +34,7 @@ def import_vllm() -> Any:
 class VLLMBackend:
     kind = "vllm"
     supports_logprobs = True
+    supports_prefill = True  # a chat ending with an assistant message is continued
 
     def __init__(self, model: str, dtype: str = "auto", tensor_parallel_size: int = 1,
                  gpu_memory_utilization: float = 0.9, max_model_len: int | None = 4096, seed: int = 0,
@@ -69,6 +70,20 @@ class VLLMBackend:
     def identity(self) -> dict[str, Any]:
         return dict(self._identity)
 
+    def _run(self, chats: list[Chat], params: Any) -> list[Any]:
+        """``llm.chat`` in input order; primed chats (last message the assistant's) are continued."""
+        primed = [i for i, c in enumerate(chats) if c and c[-1].get("role") == "assistant"]
+        plain = [i for i in range(len(chats)) if i not in set(primed)]
+        out: list[Any] = [None] * len(chats)
+        for group, cont in ((plain, False), (primed, True)):
+            if not group:
+                continue
+            got = self.llm.chat([chats[i] for i in group], params, use_tqdm=False,
+                                add_generation_prompt=not cont, continue_final_message=cont)
+            for i, o in zip(group, got):
+                out[i] = o
+        return out
+
     def chat(self, chats: list[Chat], decoding: Decoding) -> list[Completion]:
         if not chats:
             return []
@@ -76,7 +91,7 @@ class VLLMBackend:
                                            seed=decoding.seed, max_tokens=decoding.max_new_tokens,
                                            stop=list(decoding.stop) or None)
         t0 = time.perf_counter()
-        outs = self.llm.chat(chats, params, use_tqdm=False)
+        outs = self._run(chats, params)
         each = (time.perf_counter() - t0) / len(chats)
         return [Completion(text=o.outputs[0].text, tokens_in=len(o.prompt_token_ids or []),
                            tokens_out=len(o.outputs[0].token_ids or []), seconds=each) for o in outs]
@@ -93,7 +108,7 @@ class VLLMBackend:
             token_of[label] = int(ids[0])
         params = self._vllm.SamplingParams(temperature=0.0, max_tokens=1, logprobs=TOP_LOGPROBS)
         t0 = time.perf_counter()
-        outs = self.llm.chat(chats, params, use_tqdm=False)
+        outs = self._run(chats, params)
         each = (time.perf_counter() - t0) / len(chats)
         result = []
         for o in outs:

@@ -76,7 +76,9 @@ def test_second_call_is_all_hits_with_no_model_call(tiny, tmp_path):
     again = cached.chat(CHATS, d)
     assert counting.chat_requests == 3  # nothing new reached the model
     assert [c.text for c in again] == [c.text for c in first] and all(c.cached for c in again)
-    assert stats.cache_hits == 3 and stats.calls == 3 and stats.seconds == seconds and stats.tokens_out == 12
+    # honest cost: the replayed answers count at what they cost the call that produced them
+    assert stats.cache_hits == 3 and stats.fresh_calls == 3 and stats.fresh_seconds == seconds
+    assert stats.calls == 6 and stats.tokens_out == 24 and stats.seconds == pytest.approx(2 * seconds)
     # logprobs: the same, keyed by the labels
     lp = cached.next_token_logprobs(CHATS[:2], ("A", "B"))
     lp2 = cached.next_token_logprobs(CHATS[:2], ("A", "B"))
@@ -130,14 +132,14 @@ def test_duplicates_in_one_call_are_asked_once_and_no_cache_passes_through(tiny,
     cached = CachedBackend(counting, ResponseCache(tmp_path / "r.sqlite"), stats)
     out = cached.chat([CHATS[0], CHATS[1], CHATS[0]], Decoding(max_new_tokens=3))
     assert counting.chat_requests == 2 and out[0].text == out[2].text and out[2].cached
-    assert stats.calls == 2 and stats.cache_hits == 1
+    assert stats.fresh_calls == 2 and stats.cache_hits == 1 and stats.calls == 3
     for off in (None, False):
         plain = Counting(tiny)
         s = GenerationStats()
         direct = CachedBackend(plain, off, s)
         direct.chat(CHATS[:2], Decoding(max_new_tokens=3))
         direct.chat(CHATS[:2], Decoding(max_new_tokens=3))
-        assert plain.chat_requests == 4 and s.calls == 4 and s.cache_hits == 0
+        assert plain.chat_requests == 4 and s.calls == s.fresh_calls == 4 and s.cache_hits == 0
 
 
 SLOW_RUN = textwrap.dedent("""

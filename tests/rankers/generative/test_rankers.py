@@ -62,10 +62,12 @@ class Oracle:
             return "Yes" if self.rel(m.group(1), text) > 0 else "No"
         if "Search Query:" in prompt:  # RankGPT
             query = re.search(r"Search Query: (.*?)\. \n", prompt).group(1)
-        else:  # IRanker
+        elif prompt.startswith("Here is a query: "):  # IRanker step (passages)
+            query = re.search(r"^Here is a query: (.*?)\.\nAnd here", prompt).group(1)
+        else:  # IRanker direct
             query = re.search(r"\nQuery: (.*?)\n\nCandidate", prompt).group(1)
         cands = [(int(i), t) for i, t in _CAND.findall(prompt)]
-        if "will be eliminated" in prompt:
+        if "You MUST choose exactly one" in prompt:
             worst = min(cands, key=lambda c: (self.rel(query, c[1]), -c[0]))
             return f"[{worst[0]}]"
         best = sorted(cands, key=lambda c: (-self.rel(query, c[1]), c[0]))
@@ -195,7 +197,7 @@ def test_prp_sliding_equals_a_reference_bubble_sort(tmp_path):
                         order[j], order[j - 1] = order[j - 1], order[j]
             assert got[i] == order
             assert got[i][:k] == list(truth[i][:k])
-        assert ranker.info["comparisons_per_list"] == 2 * k * 8
+        assert ranker.info["comparisons_per_list"] == 2 * sum(8 - p for p in range(k))  # pass p stops at p
 
 
 @pytest.mark.parametrize("cls,options,logprobs", ORACLE_CASES)
@@ -343,7 +345,8 @@ def test_end_to_end_with_smollm2_and_the_cache(tmp_path, one_torch_thread):
     assert first.ranker_info["backend"]["backend"] == "transformers"
     again = rbench.evaluate(RankGPTRanker, "gen-smol", options={"model": "smollm2-135m", "batch_size": 3})
     gen2 = again.ranker_info["generation"]
-    assert gen2["calls"] == 0 and gen2["cache_hits"] == 3
+    assert gen2["fresh"]["calls"] == 0 and gen2["cache_hits"] == 3
+    assert (gen2["calls"], gen2["tokens_in"], gen2["tokens_out"]) == (3, gen["tokens_in"], gen["tokens_out"])
     assert again.metrics == first.metrics
 
 
