@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 from typing import Any, Optional
 
@@ -113,6 +114,10 @@ def _report(outcome: Any) -> None:
                   f"{rr['first_stage_recall@depth']:.3f}" + (" · stage 1 from cache" if rr.get("cached") else "")
                   + ("" if rr["depth"] == "all" else " · '-dropped' metrics: positives below the depth count as "
                      "not retrieved (BEIR/MTEB style)"))
+    from rbench.results.ranking_checks import flag
+
+    if why := flag(rec.ranker_info):  # a ranker that did not rank (docs: generative rankers)
+        warnings.warn(f"{rec.label} on {rec.column}: {'; and '.join(why)}; `rbench table` marks this row", stacklevel=2)
     if outcome.path is not None:
         out.print(f"RunRecord: {outcome.path}")
 

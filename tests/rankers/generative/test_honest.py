@@ -455,3 +455,50 @@ def test_weights_digest_reads_contents(tmp_path, monkeypatch):
     os.utime(folder / "model.safetensors", ns=(st.st_atime_ns, st.st_mtime_ns + 1_000_000))
     assert hf.weights_digest("m") != first
     assert (tmp_path / "xdg" / "rbench" / "weights-digests.json").exists()
+
+
+# ------------------------------------------------------------------ rbench run and rbench table
+
+
+FLAGGED = {"generation": {"input_order_tau": 0.99, "repaired_share": 0.0}}
+FINE = {"generation": {"input_order_tau": 0.2, "repaired_share": 0.1}}
+
+
+def test_the_table_marks_a_ranker_that_did_not_rank(tmp_path):
+    from rbench.results.leaderboard import build as build_table
+    from rbench.results.leaderboard import to_markdown
+    from rbench.results.ranking_checks import LEGEND, MARK
+    from tests.results.test_leaderboard import _write
+
+    _write(tmp_path, "pop", "ml-100k", [0.5, 0.2, 0.1])
+    _write(tmp_path, "prp", "ml-100k", [0.5, 0.3, 0.1], ranker_info=FINE)
+    assert MARK not in to_markdown(build_table(tmp_path, "large"))
+    _write(tmp_path, "rankgpt", "ml-100k", [0.4, 0.2, 0.1], ranker_info=FLAGGED)
+    md = to_markdown(build_table(tmp_path, "large"))
+    rows = {line.split("|")[1].strip(): line for line in md.splitlines() if line.startswith("| ")}
+    assert MARK in rows["rankgpt"] and MARK not in rows["prp"] and MARK not in rows["pop"]
+    assert md.count(LEGEND) == 1
+
+
+def test_rbench_run_warns_about_a_ranker_that_did_not_rank(monkeypatch):
+    from types import SimpleNamespace
+
+    from rbench.cli import run as run_cli
+    from rbench.results.record import RunRecord
+
+    monkeypatch.setattr(run_cli.out, "print", lambda *a, **k: None)
+
+    def outcome(info):
+        rec = RunRecord(task="ml-100k", variant="original", scenario="large", task_fingerprint="f",
+                        ranker={"name": "prp", "version": "2", "config": {}}, seed=0, n_queries=3,
+                        metrics={"nDCG@10": 0.5, "RR": 0.5}, timings={"fit_s": 0, "index_s": 0, "score_s": 0,
+                                                                       "per_query_ms": 0}, peak_rss_bytes=0,
+                        created="2026-11-27T00:00:00+00:00", ranker_info=info)
+        return SimpleNamespace(record=rec, skipped=None, path=None)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        run_cli._report(outcome(FINE))
+        assert not caught
+        run_cli._report(outcome(FLAGGED))
+    assert len(caught) == 1 and "input order" in str(caught[0].message) and "rbench table" in str(caught[0].message)
