@@ -50,16 +50,15 @@ that.
 
 from __future__ import annotations
 
-import math
 from array import array
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries
-from rbench.plugin import BaseRanker, RBenchError
+from rbench.plugin import AtLeast1, BaseRanker, Fraction, NonNegative, Range, RBenchError
 from rbench_rankers.text import Tokenizer
 
 IdfKind = Literal["okapi", "lucene", "atire"]
@@ -76,25 +75,17 @@ _DIRECT_RATIO = 16
 class BM25Options:
     """BM25 options; the defaults make scores equal to rank-bm25's ``BM25Okapi()``."""
 
-    k1: float = 1.5  # term-frequency saturation
-    b: float = 0.75  # document-length normalisation (0 = none, 1 = full)
-    epsilon: float = 0.25  # idf="okapi": terms in > half the docs get epsilon * mean idf
+    k1: NonNegative = 1.5  # term-frequency saturation
+    b: Fraction = 0.75  # document-length normalisation (0 = none, 1 = full)
+    epsilon: Annotated[float, Range()] = 0.25  # idf="okapi": terms in > half the docs get epsilon * mean idf
     idf: IdfKind = "okapi"
     lowercase: bool = True
     stopwords: bool = True  # Lucene's 33 English stopwords (see rbench_rankers.text)
-    index_chunk: int = 8192  # texts fetched per step while indexing (lazy text columns)
+    index_chunk: AtLeast1 = 8192  # texts fetched per step while indexing (lazy text columns)
 
     def validate(self) -> None:
-        if not (math.isfinite(self.k1) and self.k1 >= 0):
-            raise RBenchError(f"bm25: k1 must be a finite number >= 0, got {self.k1}")
-        if not (math.isfinite(self.b) and 0 <= self.b <= 1):
-            raise RBenchError(f"bm25: b must be in [0, 1], got {self.b}")
-        if not math.isfinite(self.epsilon):
-            raise RBenchError(f"bm25: epsilon must be finite, got {self.epsilon}")
         if self.idf not in ("okapi", "lucene", "atire"):
             raise RBenchError(f"bm25: idf must be okapi, lucene or atire, got {self.idf!r}")
-        if self.index_chunk < 1:
-            raise RBenchError(f"bm25: index_chunk must be >= 1, got {self.index_chunk}")
 
 
 def idf_weights(df: np.ndarray, n_docs: int, kind: IdfKind, epsilon: float = 0.25) -> np.ndarray:

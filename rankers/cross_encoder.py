@@ -49,12 +49,15 @@ from __future__ import annotations
 
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
+from rbench.plugin import FLOAT32_KERNELS, AtLeast0, AtLeast1, BaseRanker, Positive, Range, RBenchError
+
+# the first stage's depth negatives are drawn from: a ranking that deep is computed per training query
+HardDepth = Annotated[int, Range(1, 100_000)]
 
 Activation = Literal["auto", "identity", "sigmoid", "softmax1"]
 
@@ -87,23 +90,17 @@ class CrossEncoderOptions:
     model: str = "all-MiniLM-L6-v2"  # preset (monobert, bge-reranker-v2-m3, ...), hub name or local folder
     revision: str = ""
     activation: Activation = "auto"  # auto: the preset's, else logit (1 label) / log_softmax[1] (2 labels)
-    max_length: int = 0  # tokens per pair (0: the preset's, else min(512, the model's limit))
-    batch_size: int = 32
+    max_length: AtLeast0 = 0  # tokens per pair (0: the preset's, else min(512, the model's limit))
+    batch_size: AtLeast1 = 32
     device: str = "auto"
     fit: bool = False  # fine-tune on the train split with first-stage hard negatives
-    train_steps: int = 200
-    train_batch_size: int = 16  # pairs per step
-    lr: float = 2e-5
-    negatives: int = 3  # negatives per positive
+    train_steps: AtLeast1 = 200
+    train_batch_size: AtLeast1 = 16  # pairs per step
+    lr: Positive = 2e-5
+    negatives: AtLeast1 = 3  # negatives per positive
     hard_negatives: Literal["bm25", "random"] = "bm25"
-    hard_depth: int = 50  # negatives are drawn from the first stage's top hard_depth
+    hard_depth: HardDepth = 50  # negatives are drawn from the first stage's top hard_depth
 
-    def validate(self) -> None:
-        for name in ("batch_size", "train_steps", "train_batch_size", "negatives", "hard_depth"):
-            if getattr(self, name) < 1:
-                raise RBenchError(f"{name} must be >= 1")
-        if self.max_length < 0:
-            raise RBenchError("max_length must be >= 0 (0: the model's default)")
 
 
 # ------------------------------------------------------------------------------------ helpers

@@ -48,7 +48,7 @@ from typing import Any, Literal
 import numpy as np
 
 from rbench.api import Pool, Queries
-from rbench.plugin import BaseRanker, RBenchError, pool_embeddings
+from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, RBenchError, pool_embeddings
 
 Pooling = Literal["auto", "mean", "cls", "last", "st"]
 
@@ -137,21 +137,13 @@ class DenseOptions:
     revision: str = ""  # hub revision (branch, tag or commit); "" = default branch
     pooling: Pooling = "auto"  # mean | cls | last (last real token) | st (the model's own sentence-transformers modules)
     normalize: bool | None = None  # L2-normalise vectors (None: model default)
-    max_length: int = 512  # tokens per text (sentence-transformers models: min with their own limit)
-    batch_size: int = 64
+    max_length: AtLeast1 = 512  # tokens per text (sentence-transformers models: min with their own limit)
+    batch_size: AtLeast1 = 64
     query_prompt: str | None = None  # prepended to every query (None: model default)
     passage_prompt: str | None = None  # prepended to every candidate (None: model default)
     device: str = "auto"  # auto | cpu | cuda[:n]
     storage: Literal["float32", "float16", "bfloat16"] = "float32"  # on-disk candidate vectors (fp32 compute)
-    truncate_dim: int = 0  # Matryoshka: keep the first N dims of pool and query vectors (0 = all)
-
-    def validate(self) -> None:
-        if self.truncate_dim < 0:
-            raise RBenchError("truncate_dim must be >= 0 (0 keeps every dimension)")
-        if self.max_length < 1:
-            raise RBenchError("max_length must be >= 1")
-        if self.batch_size < 1:
-            raise RBenchError("batch_size must be >= 1")
+    truncate_dim: AtLeast0 = 0  # Matryoshka: keep the first N dims of pool and query vectors (0 = all)
 
 
 @dataclass

@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import BaseRanker
+from rbench.plugin import BaseRanker, Seed
 
 _M1, _M2 = np.uint64(0xBF58476D1CE4E5B9), np.uint64(0x94D049BB133111EB)
 
@@ -32,7 +32,7 @@ def splitmix64(x: np.ndarray) -> np.ndarray:
 
 @dataclass
 class RandomOptions:
-    seed: int | None = None  # None: the run's --seed
+    seed: Seed | None = None  # None: the run's --seed
 
 
 class RandomRanker(BaseRanker):
@@ -102,7 +102,7 @@ class PopularityRanker(BaseRanker):
 
 @dataclass
 class PriorOptions:
-    seed: int | None = None  # None: the run's --seed (the random order within a group)
+    seed: Seed | None = None  # None: the run's --seed (the random order within a group)
 
 
 class PriorRanker(BaseRanker):

@@ -46,12 +46,12 @@ from __future__ import annotations
 import functools
 import time
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import RBenchError
+from rbench.plugin import AtLeast1, NonNegative, Positive, Range, Seed
 from rbench_rankers.routers import (
     DEFAULT_MODEL,
     BestEpoch,
@@ -69,23 +69,18 @@ class GraphRouterOptions:
     """Options of ``graphrouter`` (see the module doc)."""
 
     model: str = DEFAULT_MODEL  # encoder of queries and LLM descriptions (the dense ranker's resolution)
-    max_length: int = 512
-    batch_size: int = 64  # encoding batch
+    max_length: AtLeast1 = 512
+    batch_size: AtLeast1 = 64  # encoding batch
     device: str = "auto"
-    hidden_dim: int = 64  # node vectors have 2 * hidden_dim dimensions (FeatureAlign)
-    lr: float = 1e-3
-    weight_decay: float = 1e-4
-    epochs: int = 100
-    mask_draws: int = 4  # GraphRouter's "batch_size": random edge masks averaged per step
-    mask_rate: float = 0.3  # probability that a training edge is visible in a draw
+    hidden_dim: AtLeast1 = 64  # node vectors have 2 * hidden_dim dimensions (FeatureAlign)
+    lr: Positive = 1e-3
+    weight_decay: NonNegative = 1e-4
+    epochs: AtLeast1 = 100
+    mask_draws: AtLeast1 = 4  # GraphRouter's "batch_size": random edge masks averaged per step
+    mask_rate: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.3  # probability that a training edge is visible in a draw
     aggr: Literal["add", "mean"] = "add"  # GeneralConv's sum (published) or a mean over incoming edges
-    seed: int | None = None  # None: the run's --seed
+    seed: Seed | None = None  # None: the run's --seed
 
-    def validate(self) -> None:
-        if self.hidden_dim < 1 or self.epochs < 1 or self.mask_draws < 1:
-            raise RBenchError("hidden_dim, epochs and mask_draws must be >= 1")
-        if not 0.0 < self.mask_rate < 1.0:
-            raise RBenchError("mask_rate must be in (0, 1)")
 
 
 @functools.cache

@@ -32,13 +32,13 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from rbench.api import Pool
-from rbench.plugin import RBenchError
-from rbench_rankers.cross_encoder import PairRanker, torch_device
+from rbench.plugin import AtLeast1, DropoutRate, Positive, Range, RBenchError
+from rbench_rankers.cross_encoder import HardDepth, PairRanker, torch_device
 
 
 @dataclass
@@ -50,29 +50,22 @@ class RankLlamaOptions:
     revision: str = ""  # of the base model
     query_template: str = "query: {query}"
     document_template: str = "document: {document}"
-    max_length: int = 512  # tokens per pair
-    batch_size: int = 8
+    max_length: Annotated[int, Range(8)] = 512  # tokens per pair
+    batch_size: AtLeast1 = 8
     device: str = "auto"
     dtype: Literal["auto", "float32", "bfloat16", "float16"] = "auto"  # auto: bf16 on CUDA, fp32 on CPU
     fit: bool = False  # LoRA-train on the train split (RankLLaMA's contrastive recipe)
-    lora_r: int = 32
-    lora_alpha: int = 64
-    lora_dropout: float = 0.1
-    train_steps: int = 200
-    train_batch_size: int = 16  # pairs per step (whole groups of 1 positive + negatives)
-    negatives: int = 15  # RankLLaMA's group of 16 (1 positive + 15 hard negatives)
-    lr: float = 1e-4
+    lora_r: AtLeast1 = 32
+    lora_alpha: AtLeast1 = 64
+    lora_dropout: DropoutRate = 0.1
+    train_steps: AtLeast1 = 200
+    train_batch_size: AtLeast1 = 16  # pairs per step (whole groups of 1 positive + negatives)
+    negatives: AtLeast1 = 15  # RankLLaMA's group of 16 (1 positive + 15 hard negatives)
+    lr: Positive = 1e-4
     hard_negatives: Literal["bm25", "random"] = "bm25"
-    hard_depth: int = 200  # negatives come from the first stage's top hard_depth
+    hard_depth: HardDepth = 200  # negatives come from the first stage's top hard_depth
 
     def validate(self) -> None:
-        if self.max_length < 8:
-            raise RBenchError("max_length must be >= 8")
-        if self.batch_size < 1:
-            raise RBenchError("batch_size must be >= 1")
-        for name in ("lora_r", "lora_alpha", "train_steps", "train_batch_size", "negatives", "hard_depth"):
-            if getattr(self, name) < 1:
-                raise RBenchError(f"{name} must be >= 1")
         if "{query}" not in self.query_template or "{document}" not in self.document_template:
             raise RBenchError("query_template needs {query} and document_template needs {document}")
 

@@ -86,15 +86,23 @@ import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries, Ragged, TaskData
 from rbench.plugin import (
     FLOAT32_KERNELS,
+    AtLeast0,
+    AtLeast1,
     BaseRanker,
+    DropoutRate,
+    Fraction,
+    NonNegative,
+    Positive,
+    Range,
     RBenchError,
+    Seed,
     atomic_dir,
     atomic_path,
     atomic_write_text,
@@ -114,29 +122,26 @@ ID_SEPARATORS = ("::", ":", "/", "|", "#")
 class RecBoleOptions:
     """Options shared by every RecBole baseline (RecBole 1.2.1 defaults, paper window)."""
 
-    epochs: int = 300
-    train_batch_size: int = 2048
-    eval_batch_size: int = 4096
-    learning_rate: float = 0.001
-    weight_decay: float = 0.0
-    stopping_step: int = 10  # early stopping patience, in evaluations on the validation split
-    eval_step: int = 1
+    epochs: AtLeast1 = 300
+    train_batch_size: AtLeast1 = 2048
+    eval_batch_size: AtLeast1 = 4096
+    learning_rate: Positive = 0.001
+    weight_decay: NonNegative = 0.0
+    stopping_step: AtLeast0 = 10  # early stopping patience, in evaluations on the validation split
+    eval_step: AtLeast1 = 1
     valid_metric: str = "MRR@10"  # RecBole's early-stopping metric (full sort on valid)
-    max_item_list_length: int = 20  # the paper's history window
-    seed: int | None = None  # None: the run's --seed
+    max_item_list_length: AtLeast1 = 20  # the paper's history window
+    seed: Seed | None = None  # None: the run's --seed
     device: str = "auto"  # auto | cpu | cuda
     show_progress: bool = False  # RecBole's per-batch bars (epoch lines go to stderr anyway)
     reuse: bool = True  # reuse a model trained with the same data, options, seed and versions
     item_text_features: bool = False  # candidate vectors from text embeddings (see module doc)
     text_items: Literal["unseen", "all"] = "unseen"
     text_model: str = "sentence-transformers/all-MiniLM-L6-v2"
-    text_ridge: float = 1e-2  # ridge penalty of the text -> item map, x mean feature variance
+    text_ridge: NonNegative = 1e-2  # ridge penalty of the text -> item map, x mean feature variance
     recbole: str = ""  # JSON object of further RecBole config options
 
     def validate(self) -> None:
-        for name in ("epochs", "train_batch_size", "eval_batch_size", "eval_step", "max_item_list_length"):
-            if getattr(self, name) < 1:
-                raise RBenchError(f"{name} must be >= 1")
         if not re.fullmatch(r"[A-Za-z]+@\d+", self.valid_metric):
             raise RBenchError(f"valid_metric={self.valid_metric!r}: expected METRIC@K, e.g. MRR@10 or NDCG@10")
         if self.recbole:
@@ -160,51 +165,51 @@ def _parse_extra(raw: str) -> dict[str, Any]:
 
 @dataclass
 class SASRecOptions(RecBoleOptions):
-    n_layers: int = 2
-    n_heads: int = 2
-    hidden_size: int = 64
-    inner_size: int = 256
-    hidden_dropout_prob: float = 0.5
-    attn_dropout_prob: float = 0.5
+    n_layers: AtLeast1 = 2
+    n_heads: AtLeast1 = 2
+    hidden_size: AtLeast1 = 64
+    inner_size: AtLeast1 = 256
+    hidden_dropout_prob: DropoutRate = 0.5
+    attn_dropout_prob: DropoutRate = 0.5
     hidden_act: str = "gelu"
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
+    layer_norm_eps: Positive = 1e-12
+    initializer_range: Positive = 0.02
     loss_type: Literal["CE", "BPR"] = "CE"
 
 
 @dataclass
 class GRU4RecOptions(RecBoleOptions):
-    embedding_size: int = 64
-    hidden_size: int = 128
-    num_layers: int = 1
-    dropout_prob: float = 0.3
+    embedding_size: AtLeast1 = 64
+    hidden_size: AtLeast1 = 128
+    num_layers: AtLeast1 = 1
+    dropout_prob: DropoutRate = 0.3
     loss_type: Literal["CE", "BPR"] = "CE"
 
 
 @dataclass
 class BERT4RecOptions(RecBoleOptions):
-    n_layers: int = 2
-    n_heads: int = 2
-    hidden_size: int = 64
-    inner_size: int = 256
-    hidden_dropout_prob: float = 0.2
-    attn_dropout_prob: float = 0.2
+    n_layers: AtLeast1 = 2
+    n_heads: AtLeast1 = 2
+    hidden_size: AtLeast1 = 64
+    inner_size: AtLeast1 = 256
+    hidden_dropout_prob: DropoutRate = 0.2
+    attn_dropout_prob: DropoutRate = 0.2
     hidden_act: str = "gelu"
-    layer_norm_eps: float = 1e-12
-    initializer_range: float = 0.02
-    mask_ratio: float = 0.2
-    ft_ratio: float = 0.5
+    layer_norm_eps: Positive = 1e-12
+    initializer_range: Positive = 0.02
+    mask_ratio: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = 0.2
+    ft_ratio: Fraction = 0.5
     loss_type: Literal["CE", "BPR"] = "CE"
 
 
 @dataclass
 class BPROptions(RecBoleOptions):
-    embedding_size: int = 64
+    embedding_size: AtLeast1 = 64
 
 
 @dataclass
 class FMOptions(RecBoleOptions):
-    embedding_size: int = 10
+    embedding_size: AtLeast1 = 10
 
 
 def model_params(cfg: RecBoleOptions) -> dict[str, Any]:

@@ -44,12 +44,22 @@ import copy
 import time
 import warnings
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
-from rbench.plugin import FLOAT32_KERNELS, BaseRanker, RBenchError
+from rbench.plugin import (
+    FLOAT32_KERNELS,
+    AtLeast1,
+    BaseRanker,
+    DropoutRate,
+    NonNegative,
+    Positive,
+    Range,
+    RBenchError,
+    Seed,
+)
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -176,18 +186,16 @@ class RouterKNNOptions:
     """Options of ``router-knn`` (see the module doc)."""
 
     model: str = DEFAULT_MODEL  # query encoder: hub name or local folder (the dense ranker's resolution)
-    max_length: int = 512  # tokens per query (min with the model's own limit)
-    batch_size: int = 64
+    max_length: AtLeast1 = 512  # tokens per query (min with the model's own limit)
+    batch_size: AtLeast1 = 64
     device: str = "auto"
-    k: int = 0  # neighbours; 0 = chosen on valid from k_grid (+ all); -1 = every training query
-    k_grid: tuple[int, ...] = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 100, 200)
+    k: Annotated[int, Range(-1)] = 0  # neighbours; 0 = chosen on valid from k_grid (+ all); -1 = every training query
+    k_grid: tuple[AtLeast1, ...] = (1, 2, 3, 5, 7, 10, 15, 20, 30, 50, 100, 200)
     mode: Literal["mean", "vote"] = "mean"  # mean objective (RouterBench) | majority vote of the best LLM (LLMRouter)
 
     def validate(self) -> None:
-        if self.k < -1:
-            raise RBenchError("k must be >= 1, 0 (chosen on valid) or -1 (every training query)")
-        if any(k < 1 for k in self.k_grid):
-            raise RBenchError("k_grid values must be >= 1")
+        if not self.k_grid:
+            raise RBenchError("k_grid must hold at least one k")
 
 
 class QueryEncodingRouter(BaseRanker):
@@ -295,19 +303,16 @@ class RouterClfOptions:
 
     model: str = DEFAULT_MODEL  # BERT-family encoder: hub name or local folder
     pooling: Literal["mean", "cls"] = "mean"
-    max_length: int = 256
-    epochs: int = 10
-    batch_size: int = 16
-    lr: float = 5e-5
-    weight_decay: float = 0.01
-    warmup: float = 0.1  # fraction of the steps with a linear warm-up
-    dropout: float = 0.1
+    max_length: AtLeast1 = 256
+    epochs: AtLeast1 = 10
+    batch_size: AtLeast1 = 16
+    lr: Positive = 5e-5
+    weight_decay: NonNegative = 0.01
+    warmup: Annotated[float, Range(0, 1, hi_open=True)] = 0.1  # fraction of the steps with a linear warm-up
+    dropout: DropoutRate = 0.1
     device: str = "auto"
-    seed: int | None = None  # None: the run's --seed
+    seed: Seed | None = None  # None: the run's --seed
 
-    def validate(self) -> None:
-        if self.epochs < 1 or self.batch_size < 1 or self.max_length < 1:
-            raise RBenchError("epochs, batch_size and max_length must be >= 1")
 
 
 class RouterClfRanker(BaseRanker):

@@ -6,7 +6,9 @@ entry-point group) imports the contract from ``rbench.api`` (``Pool``, ``Queries
 a plugin. ``tests/test_imports.py`` holds the built-in rankers to that rule.
 
 - base class and its defaults: ``BaseRanker``, ``NoOptions``, ``FLOAT32_KERNELS``;
-- typed options with named presets: ``PresetOptions``; a short hash of a config: ``config_hash``;
+- typed options with named presets: ``PresetOptions``; a numeric option's range, declared in its
+  annotation: ``Range`` and the common ones (``AtLeast0``, ``AtLeast1``, ``Positive``, ``NonNegative``,
+  ``Fraction``, ``DropoutRate``, ``Seed``; ``rbench.core.ranges``); a short hash of a config: ``config_hash``;
   the canonical text and hash of any JSON-like value (cache keys): ``canonical_json``, ``short_hash``;
 - errors a user should read as one line: ``RBenchError``;
 - the embedding cache: ``pool_embeddings`` (candidate vectors, encoded once per pool and model);
@@ -23,6 +25,7 @@ from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
 from rbench.core.hashing import ast_digest, canonical_json, short_hash
+from rbench.core.ranges import AtLeast0, AtLeast1, DropoutRate, Fraction, NonNegative, Positive, Range, Seed
 from rbench.engine.embeddings import pool_embeddings
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
@@ -32,6 +35,7 @@ from rbench.results.significance import paired_randomization
 from rbench.tasks.families.routing import routing_outcomes
 
 __all__ = [
+    "AtLeast0", "AtLeast1", "DropoutRate", "Fraction", "NonNegative", "Positive", "Range", "Seed",
     "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "Scorer", "aggregate",
     "ast_digest", "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
     "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "short_hash", "vector_scorer",

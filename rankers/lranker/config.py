@@ -45,9 +45,24 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
-from rbench.plugin import PresetOptions, RBenchError
+from rbench.plugin import (
+    AtLeast0,
+    AtLeast1,
+    DropoutRate,
+    Fraction,
+    NonNegative,
+    Positive,
+    PresetOptions,
+    Range,
+    RBenchError,
+    Seed,
+)
+
+# test-time scaling's work grows with width ** depth per query: capped (issue 42), far above the paper's grids
+TTSWidth = Annotated[int, Range(0, 1000)]  # k (0: direct)
+TTSDepth = Annotated[int, Range(0, 64)]  # d
 
 Aggregation = Literal["kmeans", "hierarchical", "pca", "set-encoder"]
 
@@ -105,116 +120,90 @@ class LRankerConfig(PresetOptions):
     # torch.compile the backbone's forward (dynamic shapes): measured on 2 CPU cores, MiniLM, preset=cpu
     # (benchmarks/results/lranker_options-compile.md) 0.72x the steps/s of eager, so off; unmeasured on a GPU
     compile: Literal["off", "on"] = "off"
-    max_length: int = 512  # query-prompt tokens incl. the placeholder and <eos>
-    candidate_max_length: int = 256  # candidate tokens incl. <eos>
+    max_length: AtLeast1 = 512  # query-prompt tokens incl. the placeholder and <eos>
+    candidate_max_length: AtLeast1 = 256  # candidate tokens incl. <eos>
     query_truncation: Literal["left", "right"] = "left"  # which end of [USER QUERY] to cut
     query_pooling: Literal["prompt", "query"] = "prompt"  # which tokens are h_q's "query tokens"
     similarity: Literal["dot", "cosine"] = "cosine"  # cosine L2-normalises both; dot: Eq. 10 as written
     candidate_tower: Literal["shared", "frozen"] = "shared"  # h_c from the trained f_theta, or frozen
-    encode_batch_size: int = 32
+    encode_batch_size: AtLeast1 = 32
 
     # candidate aggregation -------------------------------------------------------------------
     aggregation: Aggregation = "kmeans"
-    n_clusters: int = 20  # K
-    assign_dims: int = 128  # Matryoshka truncation for cluster assignments (0: all dimensions)
-    pca_dim: int = 256  # aggregation=pca: PCA dimensions before K-means (Appendix)
-    set_heads: int = 4  # aggregation=set-encoder: attention heads of the cross-attention
-    kmeans_batch_size: int = 1024  # MiniBatchKMeans batch size
+    n_clusters: AtLeast1 = 20  # K
+    assign_dims: AtLeast0 = 128  # Matryoshka truncation for cluster assignments (0: all dimensions)
+    pca_dim: AtLeast1 = 256  # aggregation=pca: PCA dimensions before K-means (Appendix)
+    set_heads: AtLeast1 = 4  # aggregation=set-encoder: attention heads of the cross-attention
+    kmeans_batch_size: AtLeast1 = 1024  # MiniBatchKMeans batch size
     kmeans_backend: Literal["auto", "sklearn"] = "auto"  # auto: exact numpy Lloyd for sets <= one batch
-    hierarchical_max_items: int = 20000  # aggregation=hierarchical: larger sets are subsampled
+    hierarchical_max_items: AtLeast1 = 20000  # aggregation=hierarchical: larger sets are subsampled
 
     # training --------------------------------------------------------------------------------
-    epochs: int = 15
-    batch_size: int = 20
-    lr: float = 1e-4
-    weight_decay: float = 0.01
-    beta1: float = 0.9
-    beta2: float = 0.999
-    warmup_ratio: float = 0.1
-    grad_clip: float = 0.5
-    temperature: float = 0.05  # (the initial value when learnt); the paper's Eq. 10: 0.15, fixed
+    epochs: AtLeast0 = 15
+    batch_size: AtLeast1 = 20
+    lr: Positive = 1e-4
+    weight_decay: NonNegative = 0.01
+    beta1: Annotated[float, Range(0, 1, hi_open=True)] = 0.9
+    beta2: Annotated[float, Range(0, 1, hi_open=True)] = 0.999
+    warmup_ratio: Annotated[float, Range(0, 1, hi_open=True)] = 0.1
+    grad_clip: Positive = 0.5
+    temperature: Positive = 0.05  # (the initial value when learnt); the paper's Eq. 10: 0.15, fixed
     learn_temperature: bool = True  # 1/temperature is a trained scalar, starting at 1/temperature
-    n_negatives: int = 127  # uniform negatives per step, shared by the batch (plus in-batch positives)
-    max_step_candidates: int = 0  # >0: cap on the distinct candidates one step encodes
+    n_negatives: AtLeast0 = 127  # uniform negatives per step, shared by the batch (plus in-batch positives)
+    max_step_candidates: AtLeast0 = 0  # >0: cap on the distinct candidates one step encodes
     # a step's candidates run through the tower in this many length-sorted groups, each padded to its own
     # longest row; 4 measured 1.12x the steps/s of 1 on 2 CPU cores (benchmarks/results/
     # lranker_options-length_buckets.md); 1 by default: the committed records were trained so (dropout
     # draws its masks per group, so another value follows another trajectory)
-    length_buckets: int = 1
+    length_buckets: AtLeast1 = 1
     finetune: Literal["lora", "full"] = "lora"  # how the backbone adapts (lora=false: not at all)
-    windows_per_user: int = 0  # >0: train on the newest N windows of each user (recommendation)
-    max_steps: int = 0  # >0: stop after that many optimiser steps (the schedule's length)
-    eval_every: int = 0  # validation MRR every N steps (0: after every epoch)
-    valid_max_queries: int = 0  # validation queries per evaluation during training (0: all)
+    windows_per_user: AtLeast0 = 0  # >0: train on the newest N windows of each user (recommendation)
+    max_steps: AtLeast0 = 0  # >0: stop after that many optimiser steps (the schedule's length)
+    eval_every: AtLeast0 = 0  # validation MRR every N steps (0: after every epoch)
+    valid_max_queries: AtLeast0 = 0  # validation queries per evaluation during training (0: all)
     # >0: each validation ranks a query against its positives and this many pool items sampled once
     # (seeded), so only those are re-encoded (large pools); 0: the whole pool, exact, re-encoded
-    valid_pool_sample: int = 0
-    patience: int = 0  # stop after N evaluations without a better validation MRR (0: never)
+    valid_pool_sample: AtLeast0 = 0
+    patience: AtLeast0 = 0  # stop after N evaluations without a better validation MRR (0: never)
     checkpoint_selection: Literal["best", "last"] = "best"  # keep the best-validation weights or the last
-    loader_workers: int = 2  # DataLoader worker processes preparing batches (0: in the training loop)
-    prefetch: int = 4  # batches each worker prepares ahead
-    n_partitions: int = 10  # M random disjoint parts of each training query's candidate set
-    partition_sets: int = 0  # 0: a partition per query (paper); >0: that many per pool, shared
-    max_train_queries: int = 0  # 0: every training query each epoch; >0: a random sample per epoch
+    loader_workers: Annotated[int, Range(0, 256)] = 2  # DataLoader worker processes preparing batches (0: in the training loop)
+    prefetch: AtLeast1 = 4  # batches each worker prepares ahead
+    n_partitions: AtLeast1 = 10  # M random disjoint parts of each training query's candidate set
+    partition_sets: AtLeast0 = 0  # 0: a partition per query (paper); >0: that many per pool, shared
+    max_train_queries: AtLeast0 = 0  # 0: every training query each epoch; >0: a random sample per epoch
     lora: bool = True  # false: frozen backbone, only the projector trains (ablation "w/o LoRA")
-    lora_r: int = 32
-    lora_alpha: int = 64
-    lora_dropout: float = 0.1
+    lora_r: AtLeast1 = 32
+    lora_alpha: AtLeast1 = 64
+    lora_dropout: DropoutRate = 0.1
     lora_targets: str = "auto"  # auto: every Linear inside the transformer blocks; or a,b,c names
     global_info: bool = True  # false: no centroids/projector/placeholder (ablation "w/o global info")
 
     # graph-based test-time scaling -----------------------------------------------------------
     tts: bool = True  # false: E^(0) only (ablation "w/o test-time ensemble")
-    tts_widths: list[int] = field(default_factory=lambda: list(range(1, 11)))  # k grid (0 == direct)
-    tts_depths: list[int] = field(default_factory=lambda: list(range(0, 6)))  # d grid
-    tts_keep: float = 0.0  # fraction of each part that survives a round; 0: 1/k
-    tts_min_part_factor: float = 2.0  # kept subsets hold >= this * n_clusters items (0: no floor)
+    tts_widths: list[TTSWidth] = field(default_factory=lambda: list(range(1, 11)))  # k grid (0 == direct)
+    tts_depths: list[TTSDepth] = field(default_factory=lambda: list(range(0, 6)))  # d grid
+    tts_keep: Fraction = 0.0  # fraction of each part that survives a round; 0: 1/k
+    tts_min_part_factor: NonNegative = 2.0  # kept subsets hold >= this * n_clusters items (0: no floor)
     tts_prefix_cache: bool = True  # causal backbones: run the prompt before the placeholder once per query
-    width: int | None = None  # fix k (skips selection when depth is fixed too)
-    depth: int | None = None  # fix d
+    width: TTSWidth | None = None  # fix k (skips selection when depth is fixed too)
+    depth: TTSDepth | None = None  # fix d
     select_metric: Literal["RR", "nDCG@10"] = "RR"  # the paper's MRR
-    select_max_queries: int = 0  # 0: every validation query
-    select_alpha: float = 0.05  # a costlier (k, d) must beat the cheaper choice with paired p < alpha
+    select_max_queries: AtLeast0 = 0  # 0: every validation query
+    select_alpha: Annotated[float, Range(0, 1, lo_open=True)] = 0.05  # a costlier (k, d) must beat the cheaper choice with paired p < alpha
 
-    seed: int | None = None  # None: the run's --seed
+    seed: Seed | None = None  # None: the run's --seed
 
 
     def validate(self) -> None:
-        positive = ("max_length", "candidate_max_length", "encode_batch_size", "n_clusters", "batch_size", "length_buckets",
-                    "n_partitions", "lora_r", "kmeans_batch_size", "pca_dim", "set_heads")
-        for key in positive:
-            if getattr(self, key) < 1:
-                raise RBenchError(f"lranker option {key} must be >= 1 (got {getattr(self, key)})")
-        for key in ("epochs", "n_negatives", "assign_dims", "partition_sets", "max_train_queries",
-                    "select_max_queries", "max_step_candidates", "windows_per_user", "max_steps", "eval_every",
-                    "valid_max_queries", "valid_pool_sample", "patience", "loader_workers"):
-            if getattr(self, key) < 0:
-                raise RBenchError(f"lranker option {key} must be >= 0 (got {getattr(self, key)})")
+        """What one option's range cannot say (each range is declared in its annotation and
+        checked by ``build_config`` before this runs)."""
         if self.batch_size < 2 and self.global_info:
             raise RBenchError("lranker option batch_size must be >= 2 (the projector has BatchNorm)")
-        if not 0.0 <= self.tts_keep <= 1.0:
-            raise RBenchError("lranker option tts_keep must be in [0, 1] (0 means 1/k)")
-        if self.tts_min_part_factor < 0:
-            raise RBenchError("lranker option tts_min_part_factor must be >= 0 (0: no floor)")
-        if not 0.0 < self.select_alpha <= 1.0:
-            raise RBenchError("lranker option select_alpha must be in (0, 1]")
         if self.gradient_checkpointing not in ("auto", "on", "off"):
             raise RBenchError("lranker option gradient_checkpointing must be auto, on or off "
                               f"(got {self.gradient_checkpointing!r}; auto: on for CUDA only)")
-        if self.prefetch < 1:
-            raise RBenchError("lranker option prefetch must be >= 1")
-        if self.temperature <= 0:
-            raise RBenchError("lranker option temperature must be > 0")
-        if not 0.0 <= self.warmup_ratio < 1.0:
-            raise RBenchError("lranker option warmup_ratio must be in [0, 1)")
-        if any(w < 0 for w in self.tts_widths) or any(d < 0 for d in self.tts_depths):
-            raise RBenchError("lranker options tts_widths/tts_depths must be >= 0")
         if not self.tts_widths or not self.tts_depths:
             raise RBenchError("lranker options tts_widths/tts_depths must not be empty")
-        for key in ("width", "depth"):
-            value = getattr(self, key)
-            if value is not None and value < 0:
-                raise RBenchError(f"lranker option {key} must be >= 0")
 
     def training_key(self) -> dict[str, Any]:
         """The options a checkpoint depends on (see ``TRAINING_KEYS``)."""

@@ -59,9 +59,15 @@ import numpy as np
 from rbench.api import Pool, Queries, TaskData
 from rbench.plugin import (
     FLOAT32_KERNELS,
+    AtLeast0,
+    AtLeast1,
     BaseRanker,
+    DropoutRate,
+    NonNegative,
+    Positive,
     PresetOptions,
     RBenchError,
+    Seed,
     atomic_path,
     atomic_write_text,
     canonical_json,
@@ -84,50 +90,40 @@ class TigerOptions(PresetOptions):
     preset: Literal["paper", "cpu"] = "paper"
     text_model: str = "sentence-transformers/all-MiniLM-L6-v2"  # item text encoder for the IDs
     quantiser: Literal["rq-kmeans", "rq-vae"] = "rq-kmeans"
-    levels: int = 3  # residual levels (plus one collision code)
-    codebook_size: int = 256
-    rqvae_epochs: int = 20000  # the paper's RQ-VAE epochs (rq-vae only)
-    user_buckets: int = 2000  # hashed user-id tokens prepended to the input (0: none)
-    max_history: int = 20  # history items in the encoder input
-    d_model: int = 128
-    d_ff: int = 1024
-    num_layers: int = 4  # encoder layers
-    num_decoder_layers: int = 4
-    num_heads: int = 6
-    d_kv: int = 64
-    dropout: float = 0.1
-    batch_size: int = 256
-    lr: float = 1e-3
-    lr_constant_steps: int = 10000  # constant lr, then inverse square root decay
-    weight_decay: float = 0.0
-    epochs: int = 0  # 0: bounded by max_steps only
-    max_steps: int = 200000
-    windows_per_user: int = 0  # 0: every training window; N: the newest N per user
-    eval_every: int = 0  # steps between validations (0: every epoch)
-    valid_max_queries: int = 0  # 0: every validation query
-    patience: int = 5  # validations without improvement before stopping (0: never)
+    levels: AtLeast1 = 3  # residual levels (plus one collision code)
+    codebook_size: AtLeast1 = 256
+    rqvae_epochs: AtLeast0 = 20000  # the paper's RQ-VAE epochs (rq-vae only)
+    user_buckets: AtLeast0 = 2000  # hashed user-id tokens prepended to the input (0: none)
+    max_history: AtLeast1 = 20  # history items in the encoder input
+    d_model: AtLeast1 = 128
+    d_ff: AtLeast1 = 1024
+    num_layers: AtLeast1 = 4  # encoder layers
+    num_decoder_layers: AtLeast1 = 4
+    num_heads: AtLeast1 = 6
+    d_kv: AtLeast1 = 64
+    dropout: DropoutRate = 0.1
+    batch_size: AtLeast1 = 256
+    lr: Positive = 1e-3
+    lr_constant_steps: AtLeast0 = 10000  # constant lr, then inverse square root decay
+    weight_decay: NonNegative = 0.0
+    epochs: AtLeast0 = 0  # 0: bounded by max_steps only
+    max_steps: AtLeast0 = 200000
+    windows_per_user: AtLeast0 = 0  # 0: every training window; N: the newest N per user
+    eval_every: AtLeast0 = 0  # steps between validations (0: every epoch)
+    valid_max_queries: AtLeast0 = 0  # 0: every validation query
+    patience: AtLeast0 = 5  # validations without improvement before stopping (0: never)
     scoring: Literal["auto", "exact", "beam"] = "auto"  # auto: exact up to exact_max_items
-    exact_max_items: int = 200_000
-    beam_size: int = 100
-    score_rows: int = 16384  # query x tree-node rows per scoring pass (memory bound)
+    exact_max_items: AtLeast0 = 200_000
+    beam_size: AtLeast1 = 100
+    score_rows: AtLeast1 = 16384  # query x tree-node rows per scoring pass (memory bound)
     device: str = "auto"  # auto | cpu | cuda[:n]
-    seed: int | None = None  # None: the run's --seed
+    seed: Seed | None = None  # None: the run's --seed
     reuse: bool = True  # reuse IDs and a model trained with the same data, options and seed
 
 
     def validate(self) -> None:
-        for key in ("levels", "codebook_size", "d_model", "d_ff", "num_layers", "num_decoder_layers", "num_heads",
-                    "d_kv", "batch_size", "beam_size", "score_rows", "max_history"):
-            if getattr(self, key) < 1:
-                raise RBenchError(f"tiger option {key} must be >= 1 (got {getattr(self, key)})")
-        for key in ("rqvae_epochs", "user_buckets", "epochs", "max_steps", "windows_per_user", "eval_every",
-                    "valid_max_queries", "patience", "exact_max_items", "lr_constant_steps"):
-            if getattr(self, key) < 0:
-                raise RBenchError(f"tiger option {key} must be >= 0 (got {getattr(self, key)})")
         if self.epochs == 0 and self.max_steps == 0:
             raise RBenchError("tiger needs a budget: epochs > 0 or max_steps > 0")
-        if not 0.0 <= self.dropout < 1.0:
-            raise RBenchError("tiger option dropout must be in [0, 1)")
 
 
 def _sha(*parts: Any) -> str:

@@ -9,7 +9,7 @@ import typer
 
 from rbench.cli.common import out
 from rbench.core.errors import RBenchError, write_failure
-from rbench.core.settings import DEFAULTS
+from rbench.core.settings import COMPARE_DEFAULTS, DEFAULTS, CompareSettings, help_of
 
 
 def compare_cmd(
@@ -24,7 +24,7 @@ def compare_cmd(
                              "t-test); both two-sided."),
     correction: str = typer.Option("holm", "--correction", help="holm | bonferroni | none: over the pairs of "
                                    "each measure."),
-    alpha: float = typer.Option(0.05, "--alpha", help="Significance level of the corrected p-values."),
+    alpha: float = typer.Option(COMPARE_DEFAULTS.alpha, "--alpha", help=help_of("alpha", CompareSettings)),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich | md | csv | latex"),
     out_file: Optional[str] = typer.Option(None, "--out", "-o", help="File to write (default: print to stdout); "
                                            "no suffix: the format's is added (.txt, .md, .csv, .tex)."),
@@ -33,8 +33,9 @@ def compare_cmd(
                                            "one whose records hold the task)."),
     variant: Optional[str] = typer.Option(None, "--variant", help="The pool variant's table (as `rbench table "
                                           "--variant`); default original."),
-    n_resamples: int = typer.Option(10000, "--resamples", help="Sign flips of the randomization test."),
-    seed: int = typer.Option(0, "--seed", help="Seed of the randomization test."),
+    n_resamples: int = typer.Option(COMPARE_DEFAULTS.resamples, "--resamples",
+                                    help=help_of("resamples", CompareSettings)),
+    seed: int = typer.Option(COMPARE_DEFAULTS.seed, "--seed", help=help_of("seed", CompareSettings)),
 ) -> None:
     """Test every pair of runs on one task: per measure, a paired test over the same queries,
     p-values corrected for the number of pairs, mean differences with 95% CIs and Cohen's d_z.
@@ -47,8 +48,7 @@ def compare_cmd(
 
     if fmt not in FORMATS:
         raise unknown("format", fmt, FORMATS)
-    if n_resamples < 1:
-        raise RBenchError(f"--resamples: expected a positive number, not {n_resamples}")
+    CompareSettings(seed=seed, resamples=n_resamples, alpha=alpha)  # each range declared once, checked here
     target = output_file(out_file, f"compare.{FORMATS[fmt][1:]}", FORMATS[fmt], "--out") if out_file else None
     result = compare(task, rankers or None, results_dir=results_dir, scenario=scenario, variant=variant,
                      measures=measures or None, test=test, correction=correction, alpha=alpha,

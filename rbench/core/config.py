@@ -9,12 +9,14 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import types
 import typing
-from typing import Any, Literal, TypeVar, Union, get_args, get_origin
+from typing import Annotated, Any, Literal, TypeVar, Union, get_args, get_origin
 
 from rbench.core.errors import RBenchError, did_you_mean
 from rbench.core.hashing import short_hash
+from rbench.core.ranges import check_value
 
 C = TypeVar("C")
 
@@ -24,6 +26,12 @@ _FALSE = {"0", "false", "no", "off"}
 
 def _coerce(raw: str, tp: Any, key: str) -> Any:
     origin = get_origin(tp)
+    if origin is Annotated:  # a declared range (rbench.core.ranges): parsed as its base type, then checked
+        value = _coerce(raw, get_args(tp)[0], key)
+        bad = check_value(value, tp)
+        if bad is not None:
+            raise RBenchError(f"--set {key}={raw}: {key} {bad}")
+        return value
     if origin is Literal:
         choices = get_args(tp)
         for choice in choices:
@@ -54,15 +62,20 @@ def _coerce(raw: str, tp: Any, key: str) -> Any:
             return False
         raise RBenchError(f"--set {key}={raw}: expected a boolean (true/false)")
     if tp is int:
+        if not raw.strip().lstrip("+-").isascii() or not raw.strip().lstrip("+-").isdigit() or len(raw) > 40:
+            raise RBenchError(f"--set {key}={raw[:40]}: {key} must be an integer (ASCII digits, at most 40)")
         try:
             return int(raw)
         except ValueError:
             raise RBenchError(f"--set {key}={raw}: expected an integer") from None
     if tp is float:
         try:
-            return float(raw)
+            value = float(raw) if raw.isascii() else float("nan")
         except ValueError:
             raise RBenchError(f"--set {key}={raw}: expected a number") from None
+        if not math.isfinite(value):  # NaN and +-inf are never a setting (rbench.core.ranges)
+            raise RBenchError(f"--set {key}={raw[:40]}: {key} must be a finite number (ASCII digits), got {raw[:40]!r}")
+        return value
     if tp is str or tp is Any:
         return raw
     raise RBenchError(f"--set {key}={raw}: cannot parse a value of type {tp}")
@@ -88,7 +101,7 @@ def parse_assignments(items: list[str] | None) -> dict[str, str]:
 def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> C:
     """Instantiate dataclass ``cls`` with ``overrides`` (strings are parsed to the field type)."""
     fields = {f.name: f for f in dataclasses.fields(cls)}  # type: ignore[arg-type]
-    hints = typing.get_type_hints(cls)
+    hints = typing.get_type_hints(cls, include_extras=True)
     kwargs: dict[str, Any] = {}
     for key, value in (overrides or {}).items():
         if key not in fields:
@@ -102,6 +115,7 @@ def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> 
         keep = getattr(cfg, "keep_explicit", None)  # presets must not override what the user set
         if callable(keep):
             keep(kwargs)
+        check_ranges(cfg, hints, owner, overrides)  # before ``validate``, which may compute with them
         validate = getattr(cfg, "validate", None)
         if callable(validate):
             validate()
@@ -110,6 +124,18 @@ def build_config(cls: type[C], overrides: dict[str, Any] | None, owner: str) -> 
         raise RBenchError(f"bad option for {owner}" + (f" (--set {given})" if given else "")
                           + f": {' '.join(str(exc).split()) or type(exc).__name__}") from exc
     return cfg
+
+
+def check_ranges(cfg: Any, hints: dict[str, Any], owner: str, overrides: dict[str, Any] | None = None) -> None:
+    """Every numeric field of a built config in its declared range (``rbench.core.ranges``):
+    finite floats, integers that are integers, bounds; what a preset set is checked too."""
+    for f in dataclasses.fields(cfg):
+        value = getattr(cfg, f.name)
+        bad = check_value(value, hints.get(f.name, Any))
+        if bad is not None:
+            given = (overrides or {}).get(f.name)
+            how = f"--set {f.name}={given}" if given is not None else f"option {f.name}"
+            raise RBenchError(f"bad option for {owner} ({how}): {f.name} {bad}")
 
 
 def config_dict(cfg: Any) -> dict[str, Any]:

@@ -9,13 +9,14 @@ from the field's metadata (``help_of``), so a default or its explanation is writ
 from __future__ import annotations
 
 import dataclasses
-import numbers
+import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from rbench.core.errors import RBenchError, unknown
 from rbench.core.measures import parse_measures
+from rbench.core.ranges import AtLeast1, Range, Seed, check_value
 
 OVERWRITE = ("only-missing", "always", "never")
 SCANS = ("cpu", "cuda", "torch")  # where an embedding ranker's scores are scanned (rbench.engine.torch_scan)
@@ -23,6 +24,8 @@ SCAN_PRECISIONS = ("fp32", "tf32", "bf16")
 SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
 MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
 # beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
+MAX_RESAMPLES = 10_000_000  # rbench compare --resamples: p-values resolve 1e-7; each flip costs a pass over
+# the queries, so 10**12 (issue 42) would run for days
 
 
 def _setting(default: Any, help: str) -> Any:
@@ -34,17 +37,17 @@ class RunSettings:
     """How a run is carried out (numbers, a path, switches): given in ``RunOptions`` and kept as
     they are in the ``RunPlan`` (nothing in them needs resolving)."""
 
-    seed: int = _setting(0, "Seed for sampling, splits and training (0 to 2**32-1).")
-    max_queries: int | None = _setting(None, "Evaluate a seeded sample of N test queries.")
+    seed: Seed = _setting(0, "Seed for sampling, splits and training (0 to 2**32-1).")
+    max_queries: AtLeast1 | None = _setting(None, "Evaluate a seeded sample of N test queries.")
     results_dir: Path = _setting(Path("results"), "Where RunRecords are written.")
-    batch_size: int = _setting(256, "Queries per scoring batch.")
-    chunk_size: int = _setting(65536, "Candidates per scoring chunk.")
+    batch_size: AtLeast1 = _setting(256, "Queries per scoring batch.")
+    chunk_size: AtLeast1 = _setting(65536, "Candidates per scoring chunk.")
     write: bool = _setting(True, "Write a RunRecord.")
     ann: str | None = _setting(None, "Also measure a faiss index (flat|ivf|hnsw|pq) against the exact scan; "
                                      "headline metrics stay exact.")
-    ray_shards: int | None = _setting(None, "Score the pool in N Ray tasks (embedding rankers; identical metrics; "
+    ray_shards: AtLeast1 | None = _setting(None, "Score the pool in N Ray tasks (embedding rankers; identical metrics; "
                                             "RAY_ADDRESS for a cluster).")
-    topk: int = _setting(100, "Write each query's top N as a gzipped TREC run beside the RunRecord "
+    topk: Annotated[int, Range(0, MAX_TOPK)] = _setting(100, "Write each query's top N as a gzipped TREC run beside the RunRecord "
                               "(<stem>.<hash>.run.gz; 0: none; at most 100,000).")
     scan: str = _setting("cpu", "Where an embedding ranker's scores are scanned: cpu (rbench's engine, the "
                                 "reference), cuda (torch on a GPU), torch (torch on the CPU: the GPU path's "
@@ -64,18 +67,7 @@ class RunSettings:
     def __post_init__(self) -> None:
         """Numbers out of range fail here, for the CLI and Python callers alike: a chunk size of 0
         or less would never advance, a sample of 0 queries would silently be a full run."""
-        for flag, value, least in (("--seed", self.seed, 0), ("--batch-size", self.batch_size, 1),
-                                   ("--chunk-size", self.chunk_size, 1), ("--max-queries", self.max_queries, 1),
-                                   ("--ray-shards", self.ray_shards, 1), ("--topk", self.topk, 0)):
-            if value is None and flag in ("--max-queries", "--ray-shards"):
-                continue
-            if isinstance(value, bool) or not isinstance(value, numbers.Integral):
-                raise RBenchError(f"{flag} must be an integer, got {value!r}")
-            if value < least:
-                raise RBenchError(f"{flag} must be at least {least}, got {value}"
-                                  + (" (leave it out to evaluate every test query)" if flag == "--max-queries" else ""))
-            if flag == "--seed" and value >= SEED_LIMIT:  # numpy/torch seeds keep 32 bits: 2**32 apart = one split
-                raise RBenchError(f"--seed must be below 2**32 ({SEED_LIMIT:,}), got {value:,}")
+        check_flags(self)
         # one parser (rbench.core.measures): kept in ir_measures' canonical spelling, duplicates dropped
         object.__setattr__(self, "measures", tuple(str(m) for m in parse_measures(self.measures or ())))
         if self.overwrite not in OVERWRITE:
@@ -91,9 +83,37 @@ class RunSettings:
             raise RBenchError(f"--scan {self.scan} and --ray-shards are two ways to scan: pick one")
 
 
+def check_flags(settings: Any) -> None:
+    """Every numeric field of a settings dataclass in the range its annotation declares
+    (``rbench.core.ranges``), refused as ``--flag-name must be ...``: the CLI's flags and Python
+    callers alike, before anything loads."""
+    hints = typing.get_type_hints(type(settings), include_extras=True)
+    for f in dataclasses.fields(settings):
+        bad = check_value(getattr(settings, f.name), hints[f.name])
+        if bad is not None:
+            hint = (" (leave it out to evaluate every test query)"
+                    if f.name == "max_queries" and getattr(settings, f.name) == 0 else "")
+            raise RBenchError(f"--{f.name.replace('_', '-')} {bad}{hint}")
+
+
+@dataclass(frozen=True, kw_only=True)
+class CompareSettings:
+    """``rbench compare``'s numbers, each range declared once (checked by ``check_flags``)."""
+
+    seed: Seed = _setting(0, "Seed of the randomization test (0 to 2**32-1).")
+    resamples: Annotated[int, Range(1, MAX_RESAMPLES)] = _setting(
+        10_000, f"Sign flips of the randomization test (1 to {MAX_RESAMPLES:,}).")
+    alpha: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = _setting(
+        0.05, "Significance level of the corrected p-values (between 0 and 1).")
+
+    def __post_init__(self) -> None:
+        check_flags(self)
+
+
 DEFAULTS = RunSettings()
+COMPARE_DEFAULTS = CompareSettings()
 
 
-def help_of(name: str) -> str:
+def help_of(name: str, settings: type = RunSettings) -> str:
     """The help text of the run setting ``name`` (the CLI's option help)."""
-    return str(next(f for f in dataclasses.fields(RunSettings) if f.name == name).metadata["help"])
+    return str(next(f for f in dataclasses.fields(settings) if f.name == name).metadata["help"])

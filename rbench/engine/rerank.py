@@ -62,6 +62,7 @@ from rbench.engine.metrics import MEASURES, per_query
 from rbench.engine.scorers import is_embedding_ranker, make_scorer
 
 PAIR_BUDGET = 2_000_000  # exhaustive reranking above this many pairs needs --force
+MAX_DEPTH = 100_000  # --rerank-depth's cap (as --topk's): deeper lists are 'all' (with its pair budget)
 DEFAULT_DEPTH = 100  # when --rerank-depth is left out (a ranker may set ``rerank_depth``)
 RUN_PREFIX = "run:"
 FIRST_PREFIX = "first."  # --set first.key=value: an option of the first-stage ranker
@@ -99,11 +100,16 @@ def parse_depth(value: Any, default: int) -> int | None:
     if isinstance(value, str) and value.strip().lower() == "all":
         return None
     try:
-        depth = int(str(value).strip()) if not isinstance(value, bool) else None
+        text = str(value).strip()
+        if text.isascii() and text.isdigit() and len(text) > 20:
+            raise RBenchError(f"--rerank-depth must be at most {MAX_DEPTH:,} (or 'all'), got a {len(text):,}-digit number")
+        depth = int(text) if not isinstance(value, bool) and text.isascii() else None
     except ValueError:
         depth = None
     if depth is None or depth < 1:
         raise RBenchError(f"--rerank-depth must be a whole number >= 1 or 'all', got {value!r}")
+    if depth > MAX_DEPTH:  # the (queries, depth) lists are allocated before the pool's size caps them
+        raise RBenchError(f"--rerank-depth must be at most {MAX_DEPTH:,} (or 'all'), got {depth:,}")
     return depth
 
 
