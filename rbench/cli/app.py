@@ -12,7 +12,7 @@ import warnings
 import typer
 
 from rbench.cli import compare, listing, reproduce, run, tables
-from rbench.cli.common import err
+from rbench.cli.common import err, refuse_empty_paths
 from rbench.core.console import PipeClosed, quiet_stdout, styled
 from rbench.core.errors import RBenchError
 
@@ -99,6 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     """Console-script entry: maps errors to exit codes and one clear line."""
     warnings.showwarning = _note
     try:
+        refuse_empty_paths(sys.argv[1:] if argv is None else list(argv))
         code = app(args=argv, prog_name="rbench", standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         if code == 130:  # click turned a KeyboardInterrupt into an abort

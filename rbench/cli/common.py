@@ -58,3 +58,21 @@ def bytes_text(n: int) -> str:
         size /= 1024
     return f"{n} B"
 
+
+# options whose value is a folder or file: an empty value is no path (click makes it ".", so
+# `--results-dir ''` wrote RunRecords into the working folder: issue 42)
+PATH_FLAGS = ("--results-dir", "--out", "--output", "-o")
+
+
+def refuse_empty_paths(argv: list[str]) -> None:
+    """Refuse ``--results-dir ''`` (and ``--results-dir=``) for every option of ``PATH_FLAGS``
+    before click turns the empty text into the current folder."""
+    for i, arg in enumerate(argv):
+        flag, eq, value = arg.partition("=")
+        if flag not in PATH_FLAGS or not arg.startswith("-"):
+            continue
+        if eq and not value.strip():
+            raise RBenchError(f"{flag} is empty: give a folder or file name (. for the current folder)")
+        if not eq and arg in PATH_FLAGS and i + 1 < len(argv) and not argv[i + 1].strip():
+            raise RBenchError(f"{flag} is empty: give a folder or file name (. for the current folder)")
+

@@ -399,9 +399,15 @@ def qrels_text(queries: Any, pool_ids: Any) -> str:
     check_trec_ids(qids.tolist(), "query")
     check_trec_ids(docs.tolist(), "document")
     rows = queries.positives.row_ids()
-    grades = np.asarray(queries.grades.values, dtype=np.float64).tolist()
-    return "".join(f"{qids[i]} 0 {d} {int(g) if float(g).is_integer() else g!r}\n"
-                   for i, d, g in zip(rows.tolist(), docs.tolist(), grades))
+    grades = np.asarray(queries.grades.values, dtype=np.float64)
+    fractional = np.flatnonzero(grades != np.round(grades))
+    if len(fractional):  # trec_eval and ir_measures read integer grades: such a file would crash them
+        from rbench.tasks.building import GRADE_RULE
+
+        i = int(fractional[0])
+        raise DataError(f"query {qids[rows[i]]!r} holds the fractional grade {grades[i]!r} (an import older than "
+                        f"this rule: {GRADE_RULE}); re-import the task")
+    return "".join(f"{qids[i]} 0 {d} {int(g)}\n" for i, d, g in zip(rows.tolist(), docs.tolist(), grades.tolist()))
 
 
 @data_app.command("qrels")

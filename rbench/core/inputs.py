@@ -124,6 +124,48 @@ def iter_capped_lines(fh: BinaryIO, path: Path | str, limit: int | None = None) 
         yield lineno, raw
 
 
+BOM = "\ufeff"  # a UTF-8 byte order mark, as Windows editors start a text file with it
+
+
+def iter_text_lines(path: Path | str, strict: bool = True, limit: int | None = None) -> Iterator[tuple[int, str]]:
+    """(line number, line without its end) of a text file a user hands over (qrels, run files,
+    JSON lines), the one way such a file is read:
+
+    - a regular file only (``open_regular``), gzipped or plain (told by its first two bytes);
+    - each line at most ``limit`` (``MAX_LINE_BYTES``) bytes, never read whole when longer;
+    - UTF-8: with ``strict``, a byte that is not UTF-8 is a DataError naming the line and column,
+      never text silently replaced by U+FFFD (else replaced);
+    - a UTF-8 byte order mark at the start is dropped: kept, it became part of the first id, and
+      a run file's first line silently matched no query (issue 42);
+    - CRLF (Windows) and LF line ends are both taken off.
+
+    A corrupt or truncated gzip stream is a DataError naming the last line read."""
+    import contextlib
+    import gzip
+    import zlib
+
+    lineno = 0
+    try:
+        with contextlib.ExitStack() as stack:
+            fh: Any = stack.enter_context(open_regular(path))
+            if fh.read(2) == b"\x1f\x8b":
+                fh.seek(0)
+                fh = stack.enter_context(gzip.GzipFile(fileobj=fh, mode="rb"))
+            else:
+                fh.seek(0)
+            for lineno, raw in iter_capped_lines(fh, path, limit):  # noqa: B007 - lineno is read after the loop
+                try:
+                    text = raw.decode("utf-8") if strict else raw.decode("utf-8", errors="replace")
+                except UnicodeDecodeError as exc:
+                    raise DataError(f"not valid UTF-8 at column {exc.start + 1} (byte 0x{raw[exc.start]:02x}); "
+                                    "re-encode the file as UTF-8", path, lineno) from None
+                if lineno == 1 and text.startswith(BOM):
+                    text = text[1:]
+                yield lineno, text.rstrip("\r\n")
+    except (EOFError, OSError, zlib.error) as exc:
+        raise DataError(f"corrupt or truncated compressed data after line {lineno} ({exc})", path) from None
+
+
 def _check_depth(text: str, path: Path | str, line: int | None) -> None:
     """Refuse JSON nested deeper than ``MAX_JSON_DEPTH`` before ``json`` recurses into it: the
     brackets outside strings, counted in one pass (C regexes strip everything else)."""

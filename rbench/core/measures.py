@@ -68,6 +68,9 @@ NOT_RANK_BASED = {
               "other candidates were judged",
 }
 _SYNTAX = re.compile(r"(?P<name>[A-Za-z_]\w*)(?:\((?P<params>[^()]*)\))?(?:@(?P<cutoff>[^@()]*))?")
+MAX_NUMBER_DIGITS = 9  # a cutoff or rel of at most 999,999,999: ASCII digits only (int() reads Unicode digits,
+# and str.isdigit() is true for superscripts such as '²', which int() refuses: issue 42)
+_NUMBER = re.compile(rf"[0-9]{{1,{MAX_NUMBER_DIGITS}}}")
 EXPECTED = ("expected NAME, NAME@K, NAME(rel=N) or NAME(rel=N)@K with NAME one of "
             + ", ".join(FAMILIES) + " (ir_measures' syntax, e.g. nDCG@10, RR(rel=2)@10, P@5)")
 
@@ -91,8 +94,19 @@ class Measure:
         return FAMILIES[self.name]
 
 
+def _short(text: str) -> str:
+    """``text`` as the message quotes it: at most 60 characters (a 10,000-digit name is one line)."""
+    return repr(text) if len(text) <= 60 else repr(text[:57]) + f"... ({len(text):,} characters)"
+
+
 def _refuse(text: str, why: str) -> RBenchError:
-    return RBenchError(f"measure {text!r}: {why}; {EXPECTED}")
+    return RBenchError(f"measure {_short(text)}: {why}; {EXPECTED}")
+
+
+def _number(text: str) -> int | None:
+    """A cutoff or rel: ASCII digits, at most ``MAX_NUMBER_DIGITS`` of them, else None."""
+    text = text.strip()
+    return int(text) if _NUMBER.fullmatch(text) else None
 
 
 def _rel(text: str, params: str) -> int | None:
@@ -100,9 +114,11 @@ def _rel(text: str, params: str) -> int | None:
     key, _, value = params.partition("=")
     if key.strip() != "rel" or not value.strip():
         raise _refuse(text, f"unknown parameter {params.strip()!r} (rbench takes only rel=N)")
-    if not value.strip().isdigit() or int(value) < 1:
-        raise _refuse(text, f"rel must be an integer of at least 1, got {value.strip()!r}")
-    return None if int(value) == 1 else int(value)
+    rel = _number(value)
+    if rel is None or rel < 1:
+        raise _refuse(text, f"rel must be an integer of at least 1, got {_short(value.strip())} (ASCII digits, "
+                            f"at most {MAX_NUMBER_DIGITS})")
+    return None if rel == 1 else rel
 
 
 def _did_you_mean(name: str) -> str:
@@ -118,7 +134,7 @@ def parse_measure(spec: str | Measure) -> Measure:
     if isinstance(spec, Measure):
         return parse_measure(str(spec))  # re-checked: a hand-built Measure may not be one
     if not isinstance(spec, str):
-        raise RBenchError(f"measure {spec!r}: expected a name such as 'nDCG@10' (a string), "
+        raise RBenchError(f"measure {_short(repr(spec))}: expected a name such as 'nDCG@10' (a string), "
                           f"not {type(spec).__name__}")
     text = spec.strip()
     match = _SYNTAX.fullmatch(text)
@@ -126,15 +142,16 @@ def parse_measure(spec: str | Measure) -> Measure:
         raise _refuse(spec, "not in ir_measures' syntax")
     name = ALIASES.get(match["name"], match["name"])
     if name in NOT_RANK_BASED:
-        raise RBenchError(f"measure {spec!r}: {name} {NOT_RANK_BASED[name]}; {EXPECTED}")
+        raise RBenchError(f"measure {_short(spec)}: {name} {NOT_RANK_BASED[name]}; {EXPECTED}")
     if name not in FAMILIES:
         raise _refuse(spec, f"unknown measure {match['name']!r}{_did_you_mean(match['name'])}")
     family = FAMILIES[name]
     cutoff = None
     if match["cutoff"] is not None:
-        if not match["cutoff"].isdigit() or int(match["cutoff"]) < 1:
-            raise _refuse(spec, f"the cutoff must be an integer of at least 1, got {match['cutoff']!r}")
-        cutoff = int(match["cutoff"])
+        cutoff = _number(match["cutoff"])
+        if cutoff is None or cutoff < 1:
+            raise _refuse(spec, f"the cutoff must be an integer of at least 1, got {_short(match['cutoff'])} "
+                                f"(ASCII digits, at most {MAX_NUMBER_DIGITS})")
     elif family.cutoff_required:
         raise _refuse(spec, f"{name} needs a cutoff ({name}@K)")
     rel = None

@@ -202,7 +202,23 @@ class RunRecord:
         data = {f.name: getattr(self, f.name) for f in fields(self) if f.metadata.get("json", True)}
         if not data["rerank"]:  # an ordinary run: its record reads as before
             del data["rerank"]
-        return json.dumps(data, indent=2, sort_keys=True, default=_json_default) + "\n"
+        where = non_finite(data)
+        if where is not None:  # strict JSON has no NaN or Infinity: a record holding one is refused whole
+            raise RBenchError(f"the RunRecord would hold a non-finite number at {where}: not written (strict JSON "
+                              "has no NaN or Infinity; a ranker option or metric that is not a number?)")
+        return json.dumps(data, indent=2, sort_keys=True, default=_json_default, allow_nan=False) + "\n"
+
+
+def non_finite(value: Any, where: str = "") -> str | None:
+    """The path (``config.temperature``) of the first NaN or infinity inside a JSON-like value
+    (floats, numpy scalars, lists, dicts), or None."""
+    if isinstance(value, dict):
+        return next((w for k, v in value.items() if (w := non_finite(v, f"{where}.{k}" if where else str(k)))), None)
+    if isinstance(value, (list, tuple)):
+        return next((w for i, v in enumerate(value) if (w := non_finite(v, f"{where}[{i}]"))), None)
+    if isinstance(value, (float, np.floating)) and not math.isfinite(float(value)):
+        return where or "the top level"
+    return None
 
 
 def _short(v: Any) -> str:
@@ -346,6 +362,7 @@ def write_run(record: RunRecord, path: Path, per_query: bytes | None, run: bytes
     stem = path.name[: -len(RECORD_SUFFIX)]
     record.per_query_file, record.per_query_sha256 = "", ""
     record.run_file, record.run_sha256 = "", ""
+    record.to_json()  # a record that cannot be written (a NaN) is refused before any of its files is
     path.parent.mkdir(parents=True, exist_ok=True)
     with locked(path.parent):
         if per_query is not None:

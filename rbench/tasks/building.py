@@ -24,7 +24,6 @@ row in blocks, so an Arrow column and an object array of the same texts hash the
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import gzip
 import hashlib
@@ -41,7 +40,7 @@ import numpy as np
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError, did_you_mean
-from rbench.core.inputs import iter_capped_lines, open_regular, parse_json
+from rbench.core.inputs import iter_text_lines, parse_json
 from rbench.tasks.text_columns import take_texts
 
 SPLIT_NAMES = ("train", "valid", "test")
@@ -242,21 +241,7 @@ def iter_lines(path: Path, strict: bool = True) -> Iterator[tuple[int, str]]:
     line (and the column): never a bare zlib error, never text silently replaced by U+FFFD. Only
     a regular file is read, a line at most ``rbench.core.inputs.MAX_LINE_BYTES`` long (a FIFO or a
     link to /dev/zero is refused, not waited on or read without end)."""
-    lineno = 0
-    try:
-        with contextlib.ExitStack() as stack:
-            fh: Any = stack.enter_context(open_regular(path))
-            if str(path).endswith(".gz"):
-                fh = stack.enter_context(gzip.GzipFile(fileobj=fh, mode="rb"))
-            for lineno, raw in iter_capped_lines(fh, path):  # noqa: B007 - lineno is read after the loop
-                try:
-                    text = raw.decode("utf-8") if strict else raw.decode("utf-8", errors="replace")
-                except UnicodeDecodeError as exc:
-                    raise DataError(f"not valid UTF-8 at column {exc.start + 1} (byte 0x{raw[exc.start]:02x}); "
-                                    "re-encode the file as UTF-8", path, lineno) from None
-                yield lineno, text.rstrip("\r\n")
-    except (EOFError, OSError, zlib.error) as exc:
-        raise DataError(f"corrupt or truncated compressed data after line {lineno} ({exc})", path) from None
+    yield from iter_text_lines(path, strict)  # one reader of text files (BOM and CRLF handled)
 
 
 def iter_jsonl(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -323,6 +308,10 @@ def fingerprint(*parts: Any) -> str:
 # ------------------------------------------------------------------------------------------
 # the one qrels reader
 # ------------------------------------------------------------------------------------------
+
+
+GRADE_RULE = ("grades are integers, as trec_eval and ir_measures read them (1.0 is 1); scale fractional "
+              "grades to integers before importing")
 
 
 @dataclass(frozen=True)
@@ -397,6 +386,8 @@ def read_qrels(path: Path, query_index: dict[str, int], doc_index: dict[str, int
                 raise DataError(f"expected a number, got {raw!r}", path, lineno, gf) from None
             if not np.isfinite(grade):
                 raise DataError(f"expected a finite number, got {raw!r}", path, lineno, gf)
+            if not grade.is_integer():  # GRADE_RULE: what trec_eval and ir_measures read, so exports keep it
+                raise DataError(f"expected an integer grade, got {raw!r} ({GRADE_RULE})", path, lineno, gf)
         if abs(grade) > MAX_GRADE:
             raise DataError(f"grade {raw} is outside +-{MAX_GRADE:g}: nDCG sums grades as gains and cannot "
                             "hold it", path, lineno, gf)
