@@ -1,7 +1,9 @@
 """The ``rbench`` command line (Typer + rich).
 
 Exit codes: 0 ok, 2 user error (bad name, option, missing or malformed data, unwritable results
-directory, a ranker returning bad scores), 1 internal error, 130 interrupted.
+directory, a ranker returning bad scores, an exception raised inside a ranker's code: one line
+naming the ranker and the call, ``--debug`` anywhere on the line adds the traceback), 1 internal
+error, 130 interrupted.
 """
 
 from __future__ import annotations
@@ -15,6 +17,10 @@ from rbench.cli import compare, listing, reproduce, run, tables
 from rbench.cli.common import err, refuse_empty_paths
 from rbench.core.console import PipeClosed, quiet_stdout, styled
 from rbench.core.errors import RBenchError
+from rbench.core.faults import ranker_fault
+
+DEBUG_FLAG = "--debug"  # keep the traceback of a ranker's fault (taken off the command line before click)
+_DEBUG = False
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_enable=False,
                   help="rbench: benchmark LLM rankers against classic and task-specific baselines.")
@@ -97,10 +103,14 @@ def _usage_message(exc: Exception) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     """Console-script entry: maps errors to exit codes and one clear line."""
+    global _DEBUG
     warnings.showwarning = _note
+    args = sys.argv[1:] if argv is None else list(argv)
+    _DEBUG = DEBUG_FLAG in args  # anywhere on the line: `rbench run ... --debug` too
+    args = [a for a in args if a != DEBUG_FLAG]
     try:
-        refuse_empty_paths(sys.argv[1:] if argv is None else list(argv))
-        code = app(args=argv, prog_name="rbench", standalone_mode=False)
+        refuse_empty_paths(args)
+        code = app(args=args, prog_name="rbench", standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         if code == 130:  # click turned a KeyboardInterrupt into an abort
             err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))
@@ -144,6 +154,12 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _internal_error(exc: BaseException) -> int:
+    fault = ranker_fault(exc)  # a ranker's bug is the ranker's: one line naming it, exit 2 (rbench.core.faults)
+    if fault is not None:
+        if _DEBUG:
+            err.print_exception(max_frames=20)
+        _error_line(fault)
+        return 2
     err.print_exception(max_frames=8)
     err.print(styled(("internal error:", "bold red"), f" {type(exc).__name__}: {exc}"), soft_wrap=True)
     return 1
