@@ -28,6 +28,8 @@ def raw():
 def test_sizes(task):
     assert len(task.pool) == 1682
     assert len(task.test) == len(task.valid) == 943
+    # one rating per (user, item): no target is a repeat, so exclusions leave every query in
+    assert task.info["repeat_targets"] == task.info["repeat_targets_dropped"] == {"valid": 0, "test": 0}
     assert len(task.train) == 100000 - 3 * 943  # positions 1..n-3 of every user
 
 
@@ -41,7 +43,7 @@ def test_targets_history_and_exclusions(task, raw):
         assert task.pool.ids[task.valid.positives[qi][0]] == seq[-2]
         assert [task.pool.ids[i] for i in task.valid.history[qi]] == seq[-22:-2]
         excluded = {task.pool.ids[i] for i in task.test.exclude[qi]}
-        assert excluded == set(seq[:-1]) - {seq[-1]}
+        assert excluded == set(seq[:-1])  # the whole past (rule 6)
         assert task.test.positives[qi][0] not in set(task.test.exclude[qi])
     # no training window targets a valid/test position
     train_users = task.train.user_ids

@@ -37,21 +37,22 @@ def reference_sequences(rows: list[tuple[str, str, float]], min_interactions: in
 
 
 def check_sequential(task, seqs: dict[str, list[str]], exclusions: bool = True) -> None:
-    """Targets, history windows, exclusions and training windows against ``seqs``."""
+    """Targets, history windows, exclusions and training windows against ``seqs``. One test and
+    one valid query per kept user; with exclusions (``all``) those whose target the user had
+    before are left out (rule 6), and the excluded set is the whole past."""
     ids = task.pool.ids
-    assert list(task.test.user_ids) == sorted(seqs)  # one test and one valid query per kept user
-    assert list(task.valid.user_ids) == sorted(seqs)
-    for split in (task.test, task.valid, task.train):
+    for split, back, name in ((task.test, 1, "test"), (task.valid, 2, "valid")):
+        repeats = {u for u, s in seqs.items() if s[-back] in s[:-back]}
+        assert list(split.user_ids) == sorted(set(seqs) - repeats if exclusions else set(seqs))
+        assert task.info["repeat_targets"][name] == len(repeats)
         validate_queries(split, task.pool)
-    for qi, user in enumerate(task.test.user_ids):
-        seq = seqs[user]
-        assert ids[task.test.positives[qi][0]] == seq[-1]
-        assert [ids[i] for i in task.test.history[qi]] == seq[:-1][-H:]
-        assert ids[task.valid.positives[qi][0]] == seq[-2]
-        assert [ids[i] for i in task.valid.history[qi]] == seq[:-2][-H:]
-        if exclusions:
-            assert {ids[i] for i in task.test.exclude[qi]} == set(seq[:-1]) - {seq[-1]}
-            assert {ids[i] for i in task.valid.exclude[qi]} == set(seq[:-2]) - {seq[-2]}
+        for qi, user in enumerate(split.user_ids):
+            seq = seqs[user]
+            assert ids[split.positives[qi][0]] == seq[-back]
+            assert [ids[i] for i in split.history[qi]] == seq[:-back][-H:]
+            if exclusions:
+                assert {ids[i] for i in split.exclude[qi]} == set(seq[:-back])
+    validate_queries(task.train, task.pool)
     want_train = {f"{u}#{t}": (s[t], s[max(0, t - H):t]) for u, s in seqs.items() for t in range(1, len(s) - 2)}
     got_train = {str(q): (ids[task.train.positives[i][0]], [ids[j] for j in task.train.history[i]])
                  for i, q in enumerate(task.train.ids)}
@@ -131,21 +132,25 @@ def test_rec_movie_dat_latin1_and_protocol():
     assert (raw("rec-movie") / "movies.dat").read_bytes().count(b"Caf\xe9") == 1  # really latin-1
     present, detail = data_status(get_task("rec-movie"))
     assert present and "ratings.dat" in detail and "movies.dat" in detail
-    task = load_task("rec-movie")
+    # three rated movies: every validation target is one its user had before; exclusions would
+    # leave no query (rule 6), so the repeat-aware protocol is read here
+    with pytest.raises(DataError, match="every validation target"):
+        load_task("rec-movie")
+    task = load_task("rec-movie", {"exclude_history": "none"})
     assert list(task.pool.ids) == ["1", "2", "3", "4"]  # every movie of movies.dat, unrated ones too
     i2 = list(task.pool.ids).index("2")
     assert task.pool.texts[i2] == "Café au lait (1993). Genres: Comedy"
     assert task.pool.texts[0] == "Toy Story (1995). Genres: Animation Children's Comedy"
     seqs = reference_sequences([(u, m, float(t)) for u, m, t in rows])
     assert "5" not in seqs and task.info["n_users_dropped"] == 1 and task.info["n_duplicates"] >= 1
-    check_sequential(task, seqs)
+    check_sequential(task, seqs, exclusions=False)
     assert "Café au lait (1993)" in " ".join(task.test.texts[i] for i in range(len(task.test)))
 
 
 def test_rec_movie_dat_and_atomic_give_the_same_task(tmp_path):
     rows = movie_ratings(seed=9)
     write_ml1m_dat(raw("rec-movie"), rows)
-    dat = load_task("rec-movie")
+    dat = load_task("rec-movie", {"exclude_history": "none"})
     for f in ("ratings.dat", "movies.dat"):
         (raw("rec-movie") / f).unlink()
     sub = raw("rec-movie") / "ml-1m"  # a folder holding the files one level down
@@ -153,7 +158,7 @@ def test_rec_movie_dat_and_atomic_give_the_same_task(tmp_path):
     write_ml1m_atomic(sub, rows)
     present, detail = data_status(get_task("rec-movie"))
     assert present and "RecBole atomic" in detail and "ml-1m" in detail
-    atomic = load_task("rec-movie")
+    atomic = load_task("rec-movie", {"exclude_history": "none"})
     assert atomic.fingerprint == dat.fingerprint
     assert list(atomic.pool.texts) == list(dat.pool.texts)
 
@@ -342,12 +347,12 @@ def test_rec_clothing_streamed_50k_lines(monkeypatch):
     assert task.info["n_items_without_metadata"] == len(items) - len(items[::2])
     seqs = reference_sequences([(u, i, float(t)) for u, i, t in rows])
     ids = task.pool.ids
-    assert list(task.test.user_ids) == sorted(seqs)
+    assert list(task.test.user_ids) == sorted(u for u, s in seqs.items() if s[-1] not in s[:-1])
     for qi in range(0, len(task.test), 97):
         seq = seqs[task.test.user_ids[qi]]
         assert ids[task.test.positives[qi][0]] == seq[-1]
         assert [ids[i] for i in task.test.history[qi]] == seq[:-1][-H:]
-        assert {ids[i] for i in task.test.exclude[qi]} == set(seq[:-1]) - {seq[-1]}
+        assert {ids[i] for i in task.test.exclude[qi]} == set(seq[:-1])
     assert len(task.train) == sum(min(len(s) - 3, 5) for s in seqs.values())
     texts = dict(zip(ids, task.pool.texts, strict=True))
     assert texts[meta_items[1]] == "Dress 1. Categories: Clothing, Shoes & Jewelry > Women > Dresses. Store: Brand1"
@@ -413,7 +418,7 @@ def write_atomic_music(d: Path, rows, n_items: int) -> None:
             fh.write(f"i{k}\t{name}\thttp://www.last.fm/music/{k}\thttp://img/{k}.jpg\n")
 
 
-def check_lists(task, seqs: dict[str, list[str]], size: int) -> None:
+def check_lists(task, seqs: dict[str, list[str]], size: int, unseen: bool = False) -> None:
     ids = task.pool.ids
     for split in (task.test, task.valid, task.train):
         c = split.candidates
@@ -423,9 +428,10 @@ def check_lists(task, seqs: dict[str, list[str]], size: int) -> None:
         assert ((c == pos[:, None]).sum(axis=1) == 1).all()
         assert all(len(set(row)) == size for row in c.tolist())  # distinct items
         for qi in range(len(split)):
-            user_items = set(seqs[str(split.user_ids[qi])])
             negs = [ids[j] for j in c[qi] if j != pos[qi]]
-            assert not user_items & set(negs)  # never an item of the user (past or future)
+            assert ids[pos[qi]] not in negs
+            if unseen:
+                assert not set(seqs[str(split.user_ids[qi])]) & set(negs)  # never an item of the user
 
 
 def test_rec_music_atomic_lists_and_seed():
@@ -456,11 +462,14 @@ def test_rec_music_atomic_lists_and_seed():
 def test_rec_music_too_few_items_for_negatives():
     rows = [(f"u{u}", f"i{(2 * u + k) % 8}", k) for u in range(3) for k in range(4)]  # 4 of 8 items each
     write_atomic_music(raw("rec-music"), rows, 8)
-    with pytest.raises(DataError, match="fewer than 19"):
+    with pytest.raises(DataError, match="pool has 8 items: fewer than 19"):
         load_task("rec-music")
-    task = load_task("rec-music", {"negatives": "4"})  # exactly the 4 items each user never had
     seqs = reference_sequences([(u, i, float(t)) for u, i, t in rows])
-    check_lists(task, seqs, 5)
+    check_lists(load_task("rec-music", {"negatives": "7"}), seqs, 8)  # the whole pool
+    with pytest.raises(DataError, match="fewer than 5 are left"):
+        load_task("rec-music", {"negatives": "5", "negatives_from": "unseen"})
+    task = load_task("rec-music", {"negatives": "4", "negatives_from": "unseen"})  # exactly the 4 never had
+    check_lists(task, seqs, 5, unseen=True)
 
 
 def test_sample_negatives_finishes_dense_users_exactly():

@@ -19,10 +19,29 @@ length and leave-one-out; the rest is RecBole's standard practice and written do
    about which user's next item it is; ``tests/tasks/test_pool_order.py`` checks that a ranker of
    positions alone stays at chance.
 6. Exclusion (RecBole full-sort): every item the user interacted with before the target is
-   removed from that query's ranking, except the target itself (``exclude_history=all``;
-   ``window`` excludes only the shown history, ``none`` nothing).
+   removed from that query's ranking (``exclude_history=all``; ``window`` excludes only the
+   shown history, ``none`` nothing). The excluded set is a function of the query's input alone,
+   never "the past minus the target": were the target spared, "rank the user's past items first"
+   would find it every time it is a repeat, and an excluded-but-answer item cannot be scored. So a
+   validation or test target the user already had (a repeat; under ``window``: one in the shown
+   window) cannot be both excluded and the answer: with one positive per query, that query is
+   left out of its split, and ``TaskData.info`` (and so the RunRecord's ``task_info``) counts it
+   per split as ``repeat_targets_dropped``; ``repeat_targets`` counts every target the user had
+   before, under any mode. ``exclude_history=none`` is the repeat-aware protocol: every query
+   stays, nothing is excluded, and coming back to an item is part of what is measured.
+   Training windows are never excluded or dropped.
 7. Query text (the prompt's [USER QUERY]) = the history titles joined by "; ", oldest first;
    the prompt wraps it in the paper's recommendation template.
+8. Small lists (rec-music): each query's negatives are drawn uniformly without replacement from
+   the pool without the positive (``negatives_from=catalogue``, the default), without looking at
+   the user's past, so an item of the user's history is in a list as often as chance puts it
+   there, and being in the history predicts the answer only as much as users really come back
+   to items. ``negatives_from=unseen`` draws only among items the user never had (past or
+   future), the older rbench default (the paper, and IRanker's setting it follows, do not say how
+   negatives are drawn): there the positive is the only history item a list can hold, so
+   "history first, then popularity" is an oracle for every repeat target (on Last.fm: MRR 60.05
+   vs 41.76 under ``catalogue``, ``docs/concepts.md``). It is kept to compare with older numbers,
+   not as a protocol to report.
 
 Per task (choices the paper leaves open, and why):
 
@@ -49,10 +68,11 @@ Per task (choices the paper leaves open, and why):
   here), and ``max_train_per_user`` is the knob for smaller machines.
 - ``rec-music`` (small scenario; paper 20 candidates / 12,483 queries). Same sequences and
   targets; each query (train, valid, test) gets its own list ``Queries.candidates`` of
-  ``negatives + 1`` (20) pool indices: the true next item and ``negatives`` items drawn
-  uniformly without replacement from the pool items the user never interacted with over the
-  whole kept sequence (so no negative is a past or future item of that user), the positive at a
-  uniformly drawn position. Pool = items in the interactions (negatives are items someone
+  ``negatives + 1`` (20) pool indices: the true next item and ``negatives`` items drawn by rule 8
+  (uniformly without replacement from the pool without the positive; ``negatives_from=unseen``:
+  only among items the user never interacted with over the whole kept sequence), the positive at
+  a uniformly drawn position. Repeat targets stay (no exclusion: the repeat-aware protocol of
+  rule 6). Pool = items in the interactions (negatives are items someone
   consumed, so popularity alone cannot spot never-consumed fillers). Draws use one generator per
   split seeded from (run seed, "negatives/<split>"), so training options never change the test
   lists. No exclusion (each query ranks only its own list). Inputs: Amazon CDs and Vinyl

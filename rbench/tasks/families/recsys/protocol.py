@@ -47,12 +47,18 @@ class SmallListOptions:
     max_train_per_user: int = 0
     k_core: int = 0
     negatives: int = 19  # the paper's 20-candidate lists
+    # "catalogue": any item but the positive (the default: the draw never looks at the user);
+    # "unseen": only items the user never had (the leaky artifact, kept for comparison: being in
+    # the user's history then marks the positive; module doc, rule 8)
+    negatives_from: Literal["catalogue", "unseen"] = "catalogue"
 
     def validate(self) -> None:
         SequentialOptions(self.history_len, self.min_interactions, "none", self.max_train_per_user,
                           self.k_core).validate()
         if self.negatives < 1:
             raise RBenchError("task.negatives must be >= 1")
+        if self.negatives_from not in ("catalogue", "unseen"):
+            raise RBenchError(f"task.negatives_from must be 'catalogue' or 'unseen', not {self.negatives_from!r}")
 
 
 @dataclass
@@ -184,32 +190,50 @@ def _windows(seqs: Ragged, targets: np.ndarray, seq_rows: np.ndarray, history_le
     return Ragged(offsets, seqs.values[idx])
 
 
-def _unique_without(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray, drop: np.ndarray) -> Ragged:
-    """Row i = sorted unique values[starts[i]:starts[i]+lengths[i]] minus drop[i] (vectorised
-    ``np.setdiff1d`` per row)."""
+def _slices(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(row id, value) of every element of the rows values[starts[i]:starts[i]+lengths[i]]."""
     n = len(starts)
     offs = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(lengths, out=offs[1:])
     qid = np.repeat(np.arange(n, dtype=np.int64), lengths)
-    v = values[np.repeat(starts - offs[:-1], lengths) + np.arange(offs[-1])]
+    return qid, values[np.repeat(starts - offs[:-1], lengths) + np.arange(offs[-1])]
+
+
+def _unique_rows(values: np.ndarray, starts: np.ndarray, lengths: np.ndarray) -> Ragged:
+    """Row i = sorted unique values[starts[i]:starts[i]+lengths[i]] (vectorised ``np.unique`` per row)."""
+    n = len(starts)
+    qid, v = _slices(values, starts, lengths)
     order = np.lexsort((v, qid))
     q, v = qid[order], v[order]
     keep = np.ones(len(v), dtype=bool)
     keep[1:] = (q[1:] != q[:-1]) | (v[1:] != v[:-1])
-    keep &= v != drop[q]
     q, v = q[keep], v[keep]
     out = np.zeros(n + 1, dtype=np.int64)
     np.cumsum(np.bincount(q, minlength=n), out=out[1:])
     return Ragged(out, v.astype(np.int64, copy=False))
 
 
-def _exclusions(seqs: Ragged, targets: np.ndarray, seq_rows: np.ndarray, positives: np.ndarray,
-                history: Ragged, mode: str) -> Ragged | None:
+def _had_before(seqs: Ragged, seq_rows: np.ndarray, targets: np.ndarray, positives: np.ndarray) -> np.ndarray:
+    """Per query: is its target an item the user had earlier in the sequence (a repeat)?"""
+    qid, v = _slices(seqs.values, seqs.offsets[seq_rows], targets)
+    return np.bincount(qid[v == positives[qid]], minlength=len(targets)) > 0
+
+
+def _exclusions(seqs: Ragged, targets: np.ndarray, seq_rows: np.ndarray, history: Ragged, mode: str) -> Ragged | None:
+    """The items removed from each query's ranking: a function of the query's input alone (rule
+    6): the user's whole past before the target (``all``), the shown window (``window``) or
+    nothing. The target is never consulted, so the excluded set cannot point at it."""
     if mode == "none":
         return None
     if mode == "window":
-        return _unique_without(history.values, history.offsets[:-1], history.lengths(), positives)
-    return _unique_without(seqs.values, seqs.offsets[seq_rows], targets, positives)
+        return _unique_rows(history.values, history.offsets[:-1], history.lengths())
+    return _unique_rows(seqs.values, seqs.offsets[seq_rows], targets)
+
+
+def _in_rows(rows: Ragged, x: np.ndarray) -> np.ndarray:
+    """Per row i: does ``rows[i]`` hold ``x[i]``?"""
+    qid = rows.row_ids()
+    return np.bincount(qid[rows.values == x[qid]], minlength=len(x)) > 0
 
 
 # ------------------------------------------------------------------------------------------
@@ -252,7 +276,9 @@ class UserItems:
 
 
 def sample_negatives(rng: np.random.Generator, rows: np.ndarray, seen: UserItems, k: int) -> np.ndarray:
-    """(len(rows), k) distinct items per row, none of them an item of that row's user.
+    """(len(rows), k) distinct items per row, none of them an item ``seen`` lists for that row
+    (``small_lists``: the query's positive alone, or with ``negatives_from=unseen`` every item of
+    its user).
 
     Vectorised rejection sampling in rounds (draw 2k+8 per pending row, keep the first k valid in
     draw order); a row still short after the rounds is finished exactly from its complement."""
@@ -282,11 +308,17 @@ def sample_negatives(rng: np.random.Generator, rows: np.ndarray, seen: UserItems
     return out
 
 
-def small_lists(rng: np.random.Generator, rows: np.ndarray, positives: np.ndarray, seen: UserItems,
-                negatives: int) -> np.ndarray:
-    """(n, negatives + 1) candidate lists: the positive at a uniformly drawn position."""
-    negs = sample_negatives(rng, rows, seen, negatives)
+def small_lists(rng: np.random.Generator, rows: np.ndarray, positives: np.ndarray, seen: UserItems | None,
+                negatives: int, n_items: int) -> np.ndarray:
+    """(n, negatives + 1) candidate lists: the positive at a uniformly drawn position. Negatives:
+    ``negatives`` distinct items drawn uniformly from the catalogue without the positive
+    (``seen`` None), or also without every item of the user (``seen``: ``negatives_from=unseen``)."""
     n = len(rows)
+    if seen is None:  # the positive is the only item a query forbids (its keys are sorted: q * n + item)
+        negs = sample_negatives(rng, np.arange(n), UserItems(np.arange(n) * n_items + positives, n_items),
+                                negatives)
+    else:
+        negs = sample_negatives(rng, rows, seen, negatives)
     where = rng.integers(0, negatives + 1, size=n)
     lists = np.empty((n, negatives + 1), dtype=np.int64)
     slot = np.ones((n, negatives + 1), dtype=bool)
@@ -336,23 +368,37 @@ def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalo
     pool = Pool(ids=pool_ids, texts=texts, name=spec.name)
     negatives = getattr(opts, "negatives", 0)
     exclude_mode = getattr(opts, "exclude_history", "none") if not negatives else "none"
-    seen = UserItems.of(seqs, len(catalogue)) if negatives else None
+    unseen_only = negatives > 0 and getattr(opts, "negatives_from", "catalogue") == "unseen"
+    seen = UserItems.of(seqs, len(catalogue)) if unseen_only else None
+    if negatives and len(catalogue) - 1 < negatives:
+        raise DataError(f"the pool has {len(catalogue)} items: fewer than {negatives} besides the positive "
+                        "to sample negatives from", source or None)
     if seen is not None:
         free = len(catalogue) - seen.count(len(split.users))
         short = np.flatnonzero(free < negatives)
         if len(short):
             u = short[0]
             raise DataError(f"user {split.users[u]!r} interacted with {len(catalogue) - free[u]} of the "
-                            f"{len(catalogue)} items: fewer than {negatives} are left to sample negatives from",
-                            source or None)
+                            f"{len(catalogue)} items: fewer than {negatives} are left to sample negatives from "
+                            "(task.negatives_from=unseen)", source or None)
+    repeats: dict[str, int] = {}
+    dropped: dict[str, int] = {}
 
     def make(rows: np.ndarray, targets: np.ndarray, qids: np.ndarray, split_name: str) -> Queries:
         positives = seqs.values[seqs.offsets[rows] + targets].astype(np.int64)
         history = _windows(seqs, targets, rows, opts.history_len)
-        exclude = _exclusions(seqs, targets, rows, positives, history, exclude_mode) \
-            if split_name != "train" else None
+        exclude = _exclusions(seqs, targets, rows, history, exclude_mode) if split_name != "train" else None
+        if split_name != "train":
+            repeats[split_name] = int(_had_before(seqs, rows, targets, positives).sum())
+        if exclude is not None:  # rule 6: a target the user already had cannot be excluded and the answer
+            hit = _in_rows(exclude, positives)
+            dropped[split_name] = int(hit.sum())
+            if hit.any():
+                kept = np.flatnonzero(~hit)
+                rows, targets, qids, positives = rows[kept], targets[kept], qids[kept], positives[kept]
+                history, exclude = history.take(kept), exclude.take(kept)
         candidates = small_lists(seeded_rng(seed, f"negatives/{split_name}"), rows, positives, seen,
-                                 negatives) if seen is not None else None
+                                 negatives, len(catalogue)) if negatives else None
         ones = np.ones(len(rows), dtype=np.float64)
         offs = np.arange(len(rows) + 1, dtype=np.int64)
         return Queries(
@@ -380,7 +426,11 @@ def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalo
     tr_ids = np.char.add(np.char.add(split.users[tr_rows].astype(str), "#"), tr_targets.astype(str))
     train = make(tr_rows, tr_targets, tr_ids, "train")
 
-    extra = (test.candidates, valid.candidates) if seen is not None else ()
+    if len(test) == 0 or len(valid) == 0:
+        raise DataError(f"every {'test' if len(test) == 0 else 'validation'} target is an item its user "
+                        f"had before, and task.exclude_history={exclude_mode} removes those queries: use "
+                        "task.exclude_history=none (the repeat-aware protocol)", source or None)
+    extra = (test.candidates, valid.candidates) if negatives else ()
     pool.fingerprint = fingerprint(spec.name, pool_ids, texts, test.positives.values, test.history.values,
                                     valid.positives.values, _options_key(opts), *extra)
     n_meta = int(catalogue.has_meta.sum()) if catalogue.has_meta is not None else None
@@ -392,6 +442,10 @@ def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalo
         task_info["n_items_without_metadata"] = len(pool) - n_meta
     if negatives:
         task_info["list_size"] = negatives + 1
+        task_info["negatives_from"] = getattr(opts, "negatives_from", "catalogue")
+    task_info["repeat_targets"] = repeats  # per split: targets the user had before (rule 6)
+    if exclude_mode != "none":
+        task_info["repeat_targets_dropped"] = dropped  # per split: queries left out for it (rule 6)
     task_info.update(info or {})
     return TaskData(spec=spec, pool=pool, train=train, valid=valid, test=test, info=task_info)
 

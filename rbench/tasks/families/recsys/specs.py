@@ -168,7 +168,8 @@ SPECS: tuple[RecSpec, ...] = (
         scenario="small",
         domain="recommendation",
         description="Sequential music recommendation, each query with its own 20-item list: the true next "
-        "item + 19 seeded negatives the user never interacted with (IRanker's setting).",
+        "item + 19 seeded negatives drawn from the whole pool without looking at the user's past "
+        "(task.negatives_from=catalogue; =unseen is the older, leaky draw among items the user never had).",
         paper_candidates=20,
         paper_queries=12483,
         sources=(Source("Amazon CDs and Vinyl (2014/2018)", _AMAZON14, _AMAZON_LICENSE,
