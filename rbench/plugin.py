@@ -11,6 +11,8 @@ a plugin. ``tests/test_imports.py`` holds the built-in rankers to that rule.
   ``Fraction``, ``DropoutRate``, ``Seed``; ``rbench.core.ranges``); a short hash of a config: ``config_hash``;
   the canonical text and hash of any JSON-like value (cache keys): ``canonical_json``, ``short_hash``;
 - errors a user should read as one line: ``RBenchError``;
+- the one HTTP policy for JSON requests (deadlines, byte cap, no credentials to another host):
+  ``request_json``, ``HttpPolicy``, ``RequestFailed``, ``DeadlineExceeded``;
 - the embedding cache: ``pool_embeddings`` (candidate vectors, encoded once per pool and model);
 - writes that never leave half a file: ``atomic_write_text``, ``atomic_path``, ``atomic_dir``;
 - scoring and measures for rankers that tune or check themselves on a validation split:
@@ -25,6 +27,7 @@ from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
 from rbench.core.hashing import ast_digest, canonical_json, short_hash
+from rbench.core.http import DeadlineExceeded, HttpPolicy, RequestFailed, request_json
 from rbench.core.ranges import AtLeast0, AtLeast1, DropoutRate, Fraction, NonNegative, Positive, Range, Seed
 from rbench.engine.embeddings import pool_embeddings
 from rbench.engine.evaluate import evaluate
@@ -36,7 +39,8 @@ from rbench.tasks.families.routing import routing_outcomes
 
 __all__ = [
     "AtLeast0", "AtLeast1", "DropoutRate", "Fraction", "NonNegative", "Positive", "Range", "Seed",
-    "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "NoOptions", "PresetOptions", "RBenchError", "Scorer", "aggregate",
+    "FLOAT32_KERNELS", "MEASURES", "BaseRanker", "DeadlineExceeded", "HttpPolicy", "NoOptions", "PresetOptions",
+    "RBenchError", "RequestFailed", "Scorer", "aggregate", "request_json",
     "ast_digest", "atomic_dir", "atomic_path", "atomic_write_text", "canonical_json", "config_hash", "evaluate", "paired_randomization",
     "per_query", "pool_embeddings", "ranker_scorer", "routing_outcomes", "short_hash", "vector_scorer",
 ]

@@ -1,6 +1,6 @@
 """``OpenAIBackend``: any OpenAI-compatible HTTP server (OpenAI, vLLM serve, llama.cpp, TGI, ...).
 
-Standard library only: ``urllib.request`` for the POSTs, a thread pool bounded by ``concurrency``.
+Standard library only: ``rbench.core.http`` (``http.client``) for the requests, a thread pool bounded by ``concurrency``.
 
 - ``chat`` POSTs ``{base_url}/chat/completions`` with ``model``, ``messages``, ``temperature``,
   ``top_p``, ``seed``, ``max_tokens`` and ``stop`` (when given). Stop strings are also trimmed from
@@ -12,10 +12,19 @@ Standard library only: ``urllib.request`` for the POSTs, a thread pool bounded b
   temperature 0 and reads the first generated position's ``top_logprobs``; a label is matched to a
   token by exact text (the best logprob if several tokens spell it), and a label not among the top
   20 is ``None``. ``supports_logprobs=None`` probes the server once (a 1-token request) on first use.
-- Connection errors, timeouts, 429 and 5xx are retried ``retries`` times with exponential backoff
-  (``backoff_s * 2**attempt``, or the server's ``Retry-After`` when shorter than 30 s); any other
-  4xx fails at once. Every failure is one ``RBenchError`` line naming the URL, the status and the
-  server's message.
+- Every request goes through ``rbench.core.http`` (the one HTTP policy): ``timeout_s`` is the
+  total time of one try (headers and body, however slowly they trickle), ``deadline_s`` (0: none)
+  bounds all requests of the backend together, answers are capped in bytes and parsed with the
+  input limits (nesting, digits), a redirect to another host never carries the API key (refused),
+  and connection errors, timeouts, 429 and 5xx are retried ``retries`` times with backoff; any
+  other 4xx fails at once. Every failure is one ``RequestFailed`` line naming the URL and the cause
+  (after retries: the tries, the timeout and the options to change); a passed deadline is
+  ``DeadlineExceeded``. At most ``concurrency`` requests are in flight; the first failure cancels
+  the requests not yet sent.
+- An answer is type-checked before it is used: ``choices[0].message.content`` a string (``null``:
+  the empty answer), ``usage`` absent/``null`` or an object whose ``prompt_tokens`` and
+  ``completion_tokens`` are absent/``null`` or non-negative integers; anything else is one
+  ``RequestFailed`` line naming the field.
 - The API key is read from the environment variable ``api_key_env`` at each request (absent: no
   ``Authorization`` header, as local servers need none); it is never stored in the identity, the
   config or the record.
@@ -23,26 +32,22 @@ Standard library only: ``urllib.request`` for the POSTs, a thread pool bounded b
 
 from __future__ import annotations
 
-import http.client
 import json
 import math
 import os
 import time
-import urllib.error
-import urllib.request
-from concurrent.futures import ThreadPoolExecutor
+from concurrent.futures import FIRST_EXCEPTION, ThreadPoolExecutor, wait
 from pathlib import PurePath
 from typing import Any
 
-from rbench.plugin import RBenchError
+from rbench.plugin import DeadlineExceeded, HttpPolicy, RBenchError, RequestFailed, request_json
 
 from .backend import Chat, Completion, Decoding, NextTokenScores
 
 TOP_LOGPROBS = 20
-_RETRY_STATUS = {429, 500, 502, 503, 504, 529}
 
 
-def _one_line(text: str, limit: int = 300) -> str:
+def one_line(text: object, limit: int = 300) -> str:
     return " ".join(str(text).split())[:limit]
 
 
@@ -51,11 +56,14 @@ class OpenAIBackend:
 
     def __init__(self, base_url: str, model: str, api_key_env: str = "OPENAI_API_KEY", timeout_s: float = 60,
                  retries: int = 4, backoff_s: float = 0.5, concurrency: int = 4,
-                 supports_logprobs: bool | None = None, batch_size: int | None = None) -> None:
+                 supports_logprobs: bool | None = None, batch_size: int | None = None,
+                 deadline_s: float = 0.0) -> None:
         if not base_url.startswith(("http://", "https://")):
             raise RBenchError(f"base_url {base_url!r} must start with http:// or https://")
         if concurrency < 1 or retries < 0:
             raise RBenchError("concurrency must be >= 1 and retries >= 0")
+        if not (math.isfinite(timeout_s) and timeout_s > 0 and math.isfinite(deadline_s) and deadline_s >= 0):
+            raise RBenchError("timeout_s must be a finite number > 0 and deadline_s a finite number >= 0")
         self.base_url = base_url.rstrip("/")
         self.model = model
         self.api_key_env = api_key_env
@@ -63,6 +71,12 @@ class OpenAIBackend:
         self.retries = int(retries)
         self.backoff_s = float(backoff_s)
         self.concurrency = int(concurrency)
+        self.deadline_s = float(deadline_s)
+        self._deadline: float | None = None  # monotonic; set by the first request
+        self.policy = HttpPolicy(
+            timeout_s=self.timeout_s, retries=self.retries, backoff_s=self.backoff_s,
+            hint=(f"a server that answers one request at a time (llama.cpp's, by default) needs "
+                  f"--set concurrency=1 (now {self.concurrency}), or a larger --set timeout_s"))
         # requests handed over per call by CachedBackend (each such chunk is committed as it
         # returns); by default one round of the thread pool
         self.batch_size = int(batch_size or self.concurrency)
@@ -79,38 +93,17 @@ class OpenAIBackend:
         return headers
 
     def _request(self, path: str, body: dict[str, Any] | None = None, retries: int | None = None) -> dict[str, Any]:
+        if self.deadline_s and self._deadline is None:
+            self._deadline = time.monotonic() + self.deadline_s
         url = f"{self.base_url}{path}"
-        data = None if body is None else json.dumps(body).encode("utf-8")
-        tries = (self.retries if retries is None else retries) + 1
-        last = ""
-        for attempt in range(tries):
-            req = urllib.request.Request(url, data=data, headers=self._headers(),
-                                         method="GET" if data is None else "POST")
-            wait = self.backoff_s * (2 ** attempt)
-            try:
-                with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                    raw = resp.read()
-                try:
-                    return json.loads(raw.decode("utf-8"))
-                except ValueError:
-                    raise RBenchError(f"{url} answered HTTP 200 with no JSON: {_one_line(raw[:200])}") from None
-            except urllib.error.HTTPError as exc:
-                message = _server_message(exc)
-                if exc.code not in _RETRY_STATUS:
-                    raise RBenchError(f"{url} answered HTTP {exc.code}: {message}") from None
-                last = f"HTTP {exc.code}: {message}"
-                after = exc.headers.get("Retry-After") if exc.headers else None
-                if after:
-                    try:
-                        wait = min(max(float(after), 0.0), 30.0)
-                    except ValueError:
-                        pass
-            except (urllib.error.URLError, http.client.HTTPException, OSError) as exc:
-                reason = getattr(exc, "reason", exc)
-                last = f"{type(reason).__name__}: {_one_line(reason)}" if not isinstance(reason, str) else reason
-            if attempt + 1 < tries:
-                time.sleep(wait)
-        raise RBenchError(f"{url}: no answer after {tries} tries ({last})")
+        try:
+            resp = request_json(url, body, self._headers(), self.policy, self._deadline, retries)
+        except DeadlineExceeded as exc:
+            raise DeadlineExceeded(f"{exc}; the run may ask the server for {self.deadline_s:g} s in all "
+                                   "(--set deadline_s=SECONDS, 0 for no limit)") from None
+        if not isinstance(resp, dict):
+            raise RequestFailed(f"{url} answered with JSON that is not an object: {one_line(json.dumps(resp))[:200]}")
+        return resp
 
     # -- the Backend ------------------------------------------------------------------------
 
@@ -130,7 +123,8 @@ class OpenAIBackend:
             listing = self._request("/models", retries=1)
         except RBenchError:
             return ""
-        ids = [str(m.get("id", "")) for m in listing.get("data", []) if isinstance(m, dict)]
+        data = listing.get("data")
+        ids = [str(m.get("id", "")) for m in (data if isinstance(data, list) else []) if isinstance(m, dict)]
         ids = [i for i in ids if i]
         pick = self.model if self.model in ids else (ids[0] if len(ids) == 1 else "")
         if pick.startswith("/") or "\\" in pick:
@@ -141,7 +135,14 @@ class OpenAIBackend:
         if len(items) <= 1 or self.concurrency == 1:
             return [fn(x) for x in items]
         with ThreadPoolExecutor(max_workers=min(self.concurrency, len(items))) as pool:
-            return list(pool.map(fn, items))
+            futures = [pool.submit(fn, x) for x in items]
+            done, _ = wait(futures, return_when=FIRST_EXCEPTION)
+            failed = next((f for f in futures if f in done and f.exception() is not None), None)
+            if failed is not None:  # the first failure ends the call: nothing more is sent
+                for f in futures:
+                    f.cancel()
+                raise failed.exception()  # type: ignore[misc]
+            return [f.result() for f in futures]
 
     def chat(self, chats: list[Chat], decoding: Decoding) -> list[Completion]:
         def one(chat: Chat) -> Completion:
@@ -157,9 +158,8 @@ class OpenAIBackend:
             for s in decoding.stop:
                 if s and s in text:
                     text = text[:text.find(s)]
-            usage = resp.get("usage") or {}
-            return Completion(text=text, tokens_in=int(usage.get("prompt_tokens") or 0),
-                              tokens_out=int(usage.get("completion_tokens") or 0), seconds=seconds)
+            tokens_in, tokens_out = _usage(resp, self.base_url)
+            return Completion(text=text, tokens_in=tokens_in, tokens_out=tokens_out, seconds=seconds)
 
         return self._map(one, list(chats))
 
@@ -190,12 +190,13 @@ class OpenAIBackend:
                                   "(the server does not offer them: use generated labels)")
             best: dict[str, float] = {}
             for entry in top:
-                tok, lp = entry.get("token"), entry.get("logprob")
-                if isinstance(tok, str) and isinstance(lp, (int, float)) and math.isfinite(lp):
-                    best[tok] = max(best.get(tok, -math.inf), float(lp))
-            usage = resp.get("usage") or {}
+                tok, lp = (entry.get("token"), entry.get("logprob")) if isinstance(entry, dict) else (None, None)
+                if isinstance(tok, str) and isinstance(lp, (int, float)) and not isinstance(lp, bool):
+                    value = float(lp) if isinstance(lp, float) or abs(lp) < 1 << 1000 else math.inf
+                    if math.isfinite(value):
+                        best[tok] = max(best.get(tok, -math.inf), value)
             return NextTokenScores(logprobs={lab: best.get(lab) for lab in labels},
-                                   tokens_in=int(usage.get("prompt_tokens") or 0), seconds=seconds)
+                                   tokens_in=_usage(resp, self.base_url)[0], seconds=seconds)
 
         return self._map(one, list(chats))
 
@@ -203,30 +204,43 @@ class OpenAIBackend:
         return None
 
 
-def _server_message(exc: urllib.error.HTTPError) -> str:
-    try:
-        raw = exc.read().decode("utf-8", "replace")
-    except Exception:  # noqa: BLE001 - a broken body still gets a message
-        return _one_line(exc.reason or "")
-    try:
-        data = json.loads(raw)
-        err = data.get("error", data) if isinstance(data, dict) else data
-        if isinstance(err, dict):
-            msg = err.get("message") or err.get("detail") or json.dumps(err)
-        else:
-            msg = err
-        return _one_line(msg if isinstance(msg, str) else json.dumps(msg))
-    except ValueError:
-        return _one_line(raw or exc.reason or "")
-
-
 def _message_text(resp: dict[str, Any], where: str) -> str:
-    try:
-        content = resp["choices"][0]["message"].get("content")
-    except (KeyError, IndexError, TypeError, AttributeError):
-        raise RBenchError(f"{where}/chat/completions answered without choices[0].message: "
-                          f"{_one_line(json.dumps(resp)[:200])}") from None
+    """``choices[0].message.content``: a string, or ``null`` (no text: the empty answer)."""
+    choices = resp.get("choices")
+    if not isinstance(choices, list) or not choices:
+        raise RequestFailed(f"{where}/chat/completions answered without choices (expected a non-empty list): "
+                            f"{one_line(json.dumps(resp))[:200]}")
+    first = choices[0]
+    message = first.get("message") if isinstance(first, dict) else None
+    if not isinstance(message, dict):
+        raise RequestFailed(f"{where}/chat/completions answered without choices[0].message (expected an object): "
+                            f"{one_line(json.dumps(first))[:200]}")
+    content = message.get("content")
+    if content is not None and not isinstance(content, str):
+        raise RequestFailed(f"{where}/chat/completions answered a choices[0].message.content of type "
+                            f"{type(content).__name__} (expected a string)")
     return content or ""
+
+
+def _usage(resp: dict[str, Any], where: str) -> tuple[int, int]:
+    """``(prompt_tokens, completion_tokens)`` of the answer's ``usage``; 0 for what the server
+    did not report (absent or ``null``), one line for anything that is not a count."""
+    usage = resp.get("usage")
+    if usage is None:
+        return 0, 0
+    if not isinstance(usage, dict):
+        raise RequestFailed(f"{where}/chat/completions answered a usage of type {type(usage).__name__} "
+                            "(expected an object with token counts)")
+    counts = []
+    for name in ("prompt_tokens", "completion_tokens"):
+        value = usage.get(name)
+        if value is None:
+            value = 0
+        if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+            raise RequestFailed(f"{where}/chat/completions answered usage.{name} = {one_line(json.dumps(value))[:40]} "
+                                "(expected a non-negative integer)")
+        counts.append(value)
+    return counts[0], counts[1]
 
 
 def _top_logprobs(resp: dict[str, Any]) -> list[dict[str, Any]] | None:

@@ -1,0 +1,288 @@
+"""The one HTTP policy for JSON requests rbench makes (the OpenAI-compatible generation backend).
+
+A server can be slow, broken or hostile; none of that may hang a run, crash it with a traceback,
+or take the user's API key elsewhere. Every request made through ``request_json``:
+
+- **Keeps its credentials at home.** A request carrying a credential header (``Authorization``,
+  ``Proxy-Authorization``, ``Cookie``, ``api-key``, ``x-api-key``) follows a redirect only to the
+  same scheme, host and port; a redirect anywhere else is refused in one line (never followed with
+  or without the key: the user should point ``base_url`` at the real address). A request without
+  credentials follows redirects (at most ``max_redirects``). 301/302/303 turn a POST into a GET
+  without body (what every client does); 307/308 repeat the method and body.
+- **Ends at its deadline.** ``timeout_s`` is the total time of one attempt: connecting, the
+  headers and the whole body. A socket timeout alone restarts at every byte, so a server that
+  sends one byte every few seconds would never time out; a watchdog shuts the socket down at the
+  deadline instead, whatever the server sends. A caller's ``deadline`` (``time.monotonic()``
+  value, the run's) cuts every attempt and every backoff wait too (``DeadlineExceeded``).
+- **Reads at most ``max_bytes``** of an answer (16 MiB by default; a chat answer is a few kB).
+- **Parses with the limits of ``rbench.core.inputs``** (nesting depth, integer digits), so deep
+  nesting or a 5,000-digit number is a line naming the URL, not a ``RecursionError``.
+- **Retries** connection errors, timeouts, 429 and 5xx ``retries`` times with exponential backoff
+  (``backoff_s * 2**attempt``, or the server's ``Retry-After`` when shorter than 30 s); any other
+  4xx, a redirect refused and an unreadable answer fail at once. The last failure is one
+  ``RequestFailed`` line naming the URL, the tries, the per-try timeout, the last cause and the
+  caller's ``hint`` (which options to change) when the cause was a timeout, a lost connection or
+  a busy server (429, 503).
+
+Proxies: the environment's ``http_proxy``/``https_proxy``/``no_proxy`` are honoured as urllib
+does (HTTPS through a ``CONNECT`` tunnel); proxy credentials are not supported.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import ssl
+import threading
+import time
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from typing import Any
+
+from rbench.core.errors import DataError, RBenchError
+from rbench.core.inputs import parse_json, size_text
+
+MAX_ANSWER_BYTES = 16 << 20
+RETRY_STATUS = frozenset({429, 500, 502, 503, 504, 529})
+CREDENTIAL_HEADERS = frozenset({"authorization", "proxy-authorization", "cookie", "api-key", "x-api-key"})
+_REDIRECTS = frozenset({301, 302, 303, 307, 308})
+_MAX_RETRY_AFTER_S = 30.0
+
+
+class RequestFailed(RBenchError):
+    """A request that got no usable answer (after its retries, where retrying could help).
+
+    ``transient``: the cause was a timeout or a lost connection (another try, a longer timeout or
+    fewer parallel requests might succeed), as opposed to an answer the server gave."""
+
+    def __init__(self, message: str, transient: bool = False) -> None:
+        super().__init__(message)
+        self.transient = transient
+
+
+class DeadlineExceeded(RBenchError):
+    """The caller's overall deadline (a run's) passed: nothing more is asked."""
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """How one request is made (see the module docstring). ``hint`` is appended to the message
+    of a request that failed by timeout or lost connection after all its tries."""
+
+    timeout_s: float = 60.0
+    retries: int = 4
+    backoff_s: float = 0.5
+    max_bytes: int = MAX_ANSWER_BYTES
+    max_redirects: int = 5
+    hint: str = ""
+
+
+def one_line(text: object, limit: int = 300) -> str:
+    """``text`` on one line, at most ``limit`` characters (for messages quoting a server)."""
+    return " ".join(str(text).split())[:limit]
+
+
+def _origin(parts: urllib.parse.SplitResult) -> tuple[str, str, int]:
+    port = parts.port or (443 if parts.scheme == "https" else 80)
+    return parts.scheme, (parts.hostname or "").lower(), port
+
+
+@dataclass
+class _Answer:
+    status: int
+    reason: str
+    headers: http.client.HTTPMessage
+    body: bytes
+
+
+class _Transient(Exception):
+    """One attempt failed in a way another attempt might not (timeout, connection)."""
+
+
+class _Watchdog:
+    """Shuts the connection's socket down at ``seconds`` from now: a blocked read then returns at
+    once, however slowly the server trickles bytes."""
+
+    def __init__(self, conn: http.client.HTTPConnection, seconds: float) -> None:
+        self.conn = conn
+        self.fired = False
+        self._timer = threading.Timer(max(seconds, 0.0), self._cut)
+        self._timer.daemon = True
+        self._timer.start()
+
+    def _cut(self) -> None:
+        self.fired = True
+        sock = self.conn.sock
+        if sock is not None:
+            try:
+                sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cancel(self) -> None:
+        self._timer.cancel()
+
+
+def _connection(parts: urllib.parse.SplitResult, timeout: float) -> tuple[http.client.HTTPConnection, bool]:
+    """A connection to ``parts``' host (through the environment's proxy, if any) and whether
+    the request line must carry the absolute URL (plain HTTP through a proxy)."""
+    host, port = parts.hostname or "", parts.port
+    proxy = urllib.request.getproxies().get(parts.scheme)
+    if proxy and not urllib.request.proxy_bypass(host):
+        pp = urllib.parse.urlsplit(proxy if "://" in proxy else f"http://{proxy}")
+        if parts.scheme == "https":
+            conn: http.client.HTTPConnection = http.client.HTTPSConnection(
+                pp.hostname or "", pp.port or 80, timeout=timeout, context=ssl.create_default_context())
+            conn.set_tunnel(host, port)
+            return conn, False
+        return http.client.HTTPConnection(pp.hostname or "", pp.port or 80, timeout=timeout), True
+    if parts.scheme == "https":
+        return http.client.HTTPSConnection(host, port, timeout=timeout, context=ssl.create_default_context()), False
+    return http.client.HTTPConnection(host, port, timeout=timeout), False
+
+
+def _attempt(url: str, method: str, body: bytes | None, headers: dict[str, str], seconds: float,
+             max_bytes: int) -> _Answer:
+    """One request and its whole answer within ``seconds`` (no redirect handling)."""
+    parts = urllib.parse.urlsplit(url)
+    conn, absolute = _connection(parts, max(seconds, 0.001))
+    target = url if absolute else (parts.path or "/") + (f"?{parts.query}" if parts.query else "")
+    dog = _Watchdog(conn, seconds)
+    try:
+        try:
+            conn.request(method, target, body=body, headers=headers)
+            resp = conn.getresponse()
+            chunks: list[bytes] = []
+            size = 0
+            while True:
+                chunk = resp.read1(1 << 16)
+                if not chunk:
+                    break
+                size += len(chunk)
+                if size > max_bytes:
+                    raise RequestFailed(f"{url} sent an answer larger than {size_text(max_bytes)}: refused")
+                chunks.append(chunk)
+        except (OSError, http.client.HTTPException) as exc:
+            if dog.fired:
+                raise _Transient(f"no complete answer within {seconds:.3g} s") from None
+            if isinstance(exc, (TimeoutError, socket.timeout)):
+                raise _Transient(f"no answer within {seconds:.3g} s") from None
+            reason = getattr(exc, "reason", None) or exc
+            raise _Transient(f"{type(exc).__name__}: {one_line(reason) or 'connection lost'}") from None
+        if dog.fired:  # the watchdog's shutdown reads as an end of body: the answer is cut
+            raise _Transient(f"no complete answer within {seconds:.3g} s")
+        return _Answer(resp.status, resp.reason or "", resp.headers, b"".join(chunks))
+    finally:
+        dog.cancel()
+        conn.close()
+
+
+def _redirect(url: str, answer: _Answer, headers: dict[str, str]) -> str:
+    """The URL ``answer`` redirects to, or a refusal when it would carry credentials elsewhere."""
+    location = answer.headers.get("Location")
+    if not location:
+        raise RequestFailed(f"{url} answered HTTP {answer.status} (a redirect) without a Location")
+    target = urllib.parse.urljoin(url, location.strip())
+    parts = urllib.parse.urlsplit(target)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise RequestFailed(f"{url} redirected (HTTP {answer.status}) to {one_line(target, 200)!r}: not an http(s) URL")
+    carries = sorted(h for h in headers if h.lower() in CREDENTIAL_HEADERS)
+    if carries and _origin(parts) != _origin(urllib.parse.urlsplit(url)):
+        scheme, host, port = _origin(parts)
+        raise RequestFailed(
+            f"{url} redirected (HTTP {answer.status}) to {scheme}://{host}:{port}, another host or scheme: refused, "
+            f"rbench never sends credentials ({', '.join(carries)}) to a host other than the one named; "
+            "if that address is right, name it in the URL itself")
+    return target
+
+
+def _server_message(answer: _Answer, url: str) -> str:
+    """The error text of a non-2xx answer (OpenAI's ``{"error": {"message": ...}}`` or the body)."""
+    raw = answer.body.decode("utf-8", "replace")
+    try:
+        data = parse_json(raw, url)
+    except DataError:
+        return one_line(raw or answer.reason)
+    err = data.get("error", data) if isinstance(data, dict) else data
+    if isinstance(err, dict):
+        err = err.get("message") or err.get("detail") or err
+    return one_line(err if isinstance(err, str) else json.dumps(err))
+
+
+def _exchange(url: str, method: str, body: bytes | None, headers: dict[str, str], policy: HttpPolicy,
+              until: float) -> _Answer:
+    """One attempt, redirects followed under the policy, all within ``until`` (monotonic)."""
+    for _ in range(policy.max_redirects + 1):
+        answer = _attempt(url, method, body, headers, until - time.monotonic(), policy.max_bytes)
+        if answer.status not in _REDIRECTS:
+            return answer
+        target = _redirect(url, answer, headers)
+        if answer.status in (301, 302, 303) and method != "GET":
+            method, body = "GET", None
+            headers = {k: v for k, v in headers.items() if k.lower() != "content-type"}
+        url = target
+    raise RequestFailed(f"{url}: more than {policy.max_redirects} redirects")
+
+
+def request_json(url: str, body: Any = None, headers: dict[str, str] | None = None,
+                 policy: HttpPolicy | None = None, deadline: float | None = None,
+                 retries: int | None = None) -> Any:
+    """``url``'s JSON answer (a POST of ``body`` as JSON, or a GET when ``body`` is None) under
+    ``policy``; ``deadline`` (a ``time.monotonic()`` value) bounds everything, retries included;
+    ``retries`` overrides the policy's. Every failure is ``RequestFailed`` or ``DeadlineExceeded``."""
+    policy = policy or HttpPolicy()
+    try:
+        data = None if body is None else json.dumps(body, allow_nan=False).encode("utf-8")
+    except ValueError:  # strict JSON has no NaN or infinity; a server would read them differently
+        raise RBenchError(f"{url}: the request holds NaN or infinity (not JSON): not sent") from None
+    hdrs = {"Accept": "application/json", **({"Content-Type": "application/json"} if data is not None else {}),
+            **(headers or {})}
+    tries = (policy.retries if retries is None else retries) + 1
+    last = ""
+    for attempt in range(tries):
+        now = time.monotonic()
+        if deadline is not None and now >= deadline:
+            raise DeadlineExceeded(f"{url}: the run's deadline passed ({last or 'before this request'})")
+        until = now + policy.timeout_s if deadline is None else min(now + policy.timeout_s, deadline)
+        wait = policy.backoff_s * (2 ** attempt)
+        try:
+            answer = _exchange(url, "GET" if data is None else "POST", data, hdrs, policy, until)
+        except _Transient as exc:
+            if deadline is not None and time.monotonic() >= deadline:
+                raise DeadlineExceeded(f"{url}: the run's deadline passed ({exc})") from None
+            last, transient = str(exc), True
+        else:
+            if 200 <= answer.status < 300:
+                return _decode(answer, url)
+            message = _server_message(answer, url)
+            if answer.status not in RETRY_STATUS:
+                raise RequestFailed(f"{url} answered HTTP {answer.status}: {message}")
+            last, transient = f"HTTP {answer.status}: {message}", answer.status in (429, 503)  # busy
+            after = answer.headers.get("Retry-After")
+            if after:
+                try:
+                    wait = min(max(float(after), 0.0), _MAX_RETRY_AFTER_S)
+                except ValueError:
+                    pass
+        if attempt + 1 < tries:
+            if deadline is not None and time.monotonic() + wait >= deadline:
+                raise DeadlineExceeded(f"{url}: the run's deadline would pass while waiting to retry ({last})")
+            time.sleep(wait)
+    hint = f"; {policy.hint}" if transient and policy.hint else ""
+    raise RequestFailed(f"{url}: no answer after {tries} {'try' if tries == 1 else 'tries'} "
+                        f"(timeout {policy.timeout_s:g} s each; last: {last}){hint}", transient=transient)
+
+
+def _decode(answer: _Answer, url: str) -> Any:
+    try:
+        text = answer.body.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RequestFailed(f"{url} answered HTTP {answer.status} with bytes that are not UTF-8 "
+                            f"(byte {exc.start})") from None
+    try:
+        return parse_json(text, url)
+    except DataError as exc:
+        raise RequestFailed(f"{url} answered HTTP {answer.status} with {exc.reason}: "
+                            f"{one_line(text[:200])}") from None
