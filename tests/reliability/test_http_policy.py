@@ -181,7 +181,7 @@ def test_a_trickling_server_is_cut_at_the_deadline(serve, behave):
     t0 = time.monotonic()
     with pytest.raises(RequestFailed, match=r"no complete answer within 1 s"):
         request_json(s.url + "/chat/completions", {"x": 1}, policy=HttpPolicy(timeout_s=1.0, retries=0))
-    assert time.monotonic() - t0 < 2.5  # a socket timeout restarts at every byte: ~8 s here
+    assert time.monotonic() - t0 < 4  # a socket timeout restarts at every byte: ~8 s here
 
 
 def stall_after_headers(h: Any) -> None:
@@ -207,7 +207,7 @@ def test_timeout_and_retries_are_options_and_the_last_error_names_the_knobs(serv
     t0 = time.monotonic()
     with pytest.raises(RequestFailed) as err:
         b.chat(CHAT, Decoding())
-    assert time.monotonic() - t0 < 2.5 and len(s.seen) == 2
+    assert time.monotonic() - t0 < 4 and len(s.seen) == 2
     msg = str(err.value)
     assert "no answer after 2 tries (timeout 0.5 s each" in msg and "\n" not in msg
     assert "--set concurrency=1 (now 3)" in msg and "--set timeout_s" in msg
@@ -219,7 +219,7 @@ def test_the_run_deadline_bounds_all_requests_and_retries(serve, tmp_path):
     t0 = time.monotonic()
     with pytest.raises(DeadlineExceeded, match=r"--set deadline_s=SECONDS"):
         b.chat(CHAT, Decoding())
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 4
     with pytest.raises(DeadlineExceeded):  # a later request is not even sent
         b.chat(CHAT, Decoding())
     assert len(s.seen) == 1
