@@ -21,8 +21,8 @@ or take the user's API key elsewhere. Every request made through ``request_json`
   (``backoff_s * 2**attempt``, or the server's ``Retry-After`` when shorter than 30 s); any other
   4xx, a redirect refused and an unreadable answer fail at once. The last failure is one
   ``RequestFailed`` line naming the URL, the tries, the per-try timeout, the last cause and the
-  caller's ``hint`` (which options to change) when the cause was a timeout, a lost connection or
-  a busy server (429, 503).
+  caller's ``hint`` (which options to change) when the cause was a timeout, a dropped connection
+  or a busy server (429, 503), not a refused connection.
 
 Proxies: the environment's ``http_proxy``/``https_proxy``/``no_proxy`` are honoured as urllib
 does (HTTPS through a ``CONNECT`` tunnel); proxy credentials are not supported.
@@ -98,7 +98,12 @@ class _Answer:
 
 
 class _Transient(Exception):
-    """One attempt failed in a way another attempt might not (timeout, connection)."""
+    """One attempt failed in a way another attempt might not (timeout, connection). ``slow``: a
+    timeout or a dropped connection, what an overloaded server does (not a refused connection)."""
+
+    def __init__(self, message: str, slow: bool = True) -> None:
+        super().__init__(message)
+        self.slow = slow
 
 
 class _Watchdog:
@@ -170,7 +175,8 @@ def _attempt(url: str, method: str, body: bytes | None, headers: dict[str, str],
             if isinstance(exc, (TimeoutError, socket.timeout)):
                 raise _Transient(f"no answer within {seconds:.3g} s") from None
             reason = getattr(exc, "reason", None) or exc
-            raise _Transient(f"{type(exc).__name__}: {one_line(reason) or 'connection lost'}") from None
+            raise _Transient(f"{type(exc).__name__}: {one_line(reason) or 'connection lost'}",
+                             slow=not isinstance(exc, ConnectionRefusedError)) from None
         if dog.fired:  # the watchdog's shutdown reads as an end of body: the answer is cut
             raise _Transient(f"no complete answer within {seconds:.3g} s")
         return _Answer(resp.status, resp.reason or "", resp.headers, b"".join(chunks))
@@ -252,7 +258,7 @@ def request_json(url: str, body: Any = None, headers: dict[str, str] | None = No
         except _Transient as exc:
             if deadline is not None and time.monotonic() >= deadline:
                 raise DeadlineExceeded(f"{url}: the run's deadline passed ({exc})") from None
-            last, transient = str(exc), True
+            last, transient = str(exc), exc.slow
         else:
             if 200 <= answer.status < 300:
                 return _decode(answer, url)
@@ -285,4 +291,4 @@ def _decode(answer: _Answer, url: str) -> Any:
         return parse_json(text, url)
     except DataError as exc:
         raise RequestFailed(f"{url} answered HTTP {answer.status} with {exc.reason}: "
-                            f"{one_line(text[:200])}") from None
+                            f"{one_line(text[:80], 80)}") from None

@@ -213,6 +213,18 @@ def test_timeout_and_retries_are_options_and_the_last_error_names_the_knobs(serv
     assert "--set concurrency=1 (now 3)" in msg and "--set timeout_s" in msg
 
 
+def test_a_refused_connection_does_not_blame_concurrency():
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    b = OpenAIBackend(f"http://127.0.0.1:{port}/v1", "m", retries=1, backoff_s=0.01, timeout_s=1)
+    with pytest.raises(RequestFailed, match="no answer after 2 tries .*ConnectionRefusedError") as err:
+        b.chat(CHAT, Decoding())
+    assert "concurrency" not in str(err.value)
+
+
 def test_the_run_deadline_bounds_all_requests_and_retries(serve, tmp_path):
     s = serve(stall_after_headers)
     b = ranker_backend(s.url, tmp_path, timeout_s="30", retries="5", deadline_s="1")
