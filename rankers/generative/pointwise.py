@@ -11,10 +11,10 @@ Choices written down:
   ``label_missing``); otherwise the generated answer is read by ``parse.parse_yes_no``: yes 1,
   no 0, unreadable 0.5 (a parse failure, repair ``unreadable_yes_no``).
 - ``mode=query-likelihood``: ``prompts.query_likelihood_chat`` ("Please write a question based
-  on this passage."), score = the mean log-probability of the query's tokens as the answer. The
-  ``Backend`` protocol has no call for a continuation's log-probability yet, so this mode needs a
-  backend offering ``continuation_logprobs(chats, continuations) -> list[float]``; one without it
-  is refused in one line. (Those scores are not cached.)
+  on this passage."), score = the mean log-probability of the query's tokens as the answer. It
+  needs a backend offering ``continuation_logprobs(chats, continuations) -> list[float]`` (the
+  ``transformers`` backend does); one without it is refused in one line. (Those scores are not
+  cached.)
 - Each candidate is its own prompt: the scores do not depend on the other candidates
   (``set_dependent = False``), so the engine checks them across calls. ``score_tolerance`` = 1e-3
   (relative to max(1, |score|)): with the cache on (default) a re-scored pair is the same prompt

@@ -92,10 +92,11 @@ RANKERS = [
     (PRPRanker, {"variant": "sliding", "passes": 2}),
     (IRankerRanker, {}),
     (PointwiseLLMRanker, {}),
+    (PointwiseLLMRanker, {"mode": "query-likelihood"}),
 ]
 
 
-@pytest.mark.parametrize("cls,options", RANKERS, ids=[c.name for c, _ in RANKERS])
+@pytest.mark.parametrize("cls,options", RANKERS, ids=[c.name + "".join(f"-{v}" for v in o.values()) for c, o in RANKERS])
 def test_each_ranker_ranks_the_needle_task_or_the_record_says_so(cls, options, smol, tmp_path, one_torch_thread):
     pool, queries, cand, needles = needle_task(1)
     ranker = cls(cls.Config(cache=False, **options), RunContext(cache_dir=tmp_path, seed=0), backend=smol)
