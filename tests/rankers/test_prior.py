@@ -115,3 +115,25 @@ def test_a_column_built_from_positives_without_prior_says_so():
     lb = _lb({RANDOM: 0.01, PRIOR: 0.02, bm25: 0.05})
     lb.records = {(bm25, col): _rec({"pool_from_positives": True})}
     assert prior_note(lb) == ""
+
+
+def test_a_row_above_the_floor_by_chance_only_is_still_marked(tmp_path):
+    """Per-query files present: "push the known positives down" with its own random order lands a
+    little above ``prior`` by luck; the one-sided paired test says it did not beat it. A real gain
+    is not marked."""
+    from rbench.results.leaderboard import build
+    from tests.results.test_leaderboard import _write
+
+    rng = np.random.default_rng(0)
+    floor = 1.0 / rng.integers(1, 60, size=60)
+    lucky = 1.0 / rng.integers(1, 60, size=60)
+    lucky *= (floor.mean() + 0.004) / lucky.mean()  # mean just above the floor's, per query unrelated
+    _write(tmp_path, "prior", "esci", floor)
+    _write(tmp_path, "random", "esci", floor / 8)
+    _write(tmp_path, "pushdown", "esci", lucky)
+    _write(tmp_path, "strong", "esci", np.clip(floor + 0.3, 0, 1))
+    lb = build(tmp_path, "large")
+    col = ColumnKey("esci")
+    assert lb.cells[(RowKey("pushdown"), col)]["RR"] > lb.cells[(PRIOR, col)]["RR"]
+    assert lb.below_floors() == {(RowKey("pushdown"), col)}
+    assert not lb.beats_floor(RowKey("pushdown"), PRIOR, col) and lb.beats_floor(RowKey("strong"), PRIOR, col)
