@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rbench.core.settings import DEFAULTS, CompareSettings  # light: the run settings' defaults, declared once
+from rbench.core.settings import DEFAULTS  # light: the run settings' defaults, declared once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -53,9 +53,13 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     """Resolve one run (ranker, task, options, variant) into the runner's plan: every name,
     option and file is checked here, before any data is loaded. ``options`` may hold
     ``task.KEY`` and ``first.KEY`` keys, as ``--set`` does; ``results_dir=None`` writes nothing.
-    ``measures``: more measures by name (``--measure``), computed beside the defaults."""
+    ``measures``: more measures by name (``--measure``), computed beside the defaults.
+    ``ranker="run:PATH"``: an existing TREC run file scored as a row (``rbench.engine.runfile_ranker``)."""
+    from rbench.engine.runfile_ranker import RUN_RANKER_PREFIX, run_file_ranker
     from rbench.run.runner import RunOptions, make_plan
 
+    if isinstance(ranker, str) and ranker.startswith(RUN_RANKER_PREFIX):  # an existing TREC run file as a row
+        ranker = run_file_ranker(ranker)
     return make_plan(RunOptions(
         ranker=ranker, task=task, variant=variant, sets=_sets(options, task_options), seed=seed,
         max_queries=max_queries, results_dir=Path(results_dir) if results_dir is not None else DEFAULTS.results_dir,
@@ -148,7 +152,7 @@ def list_rankers() -> list[str]:
 
 
 RESULT_COLUMNS = ("scenario", "task", "variant", "column", "ranker", "label", "config_hash", "measure", "value",
-                  "n_queries", "seed", "task_fingerprint", "rbench_version", "protocol", "created", "path")
+                  "n_queries", "seed", "task_fingerprint", "rbench_version", "protocol", "created", "path", "disagrees")
 
 
 def load_results(results_dir: str | Path = "results", scenario: str | None = None, task: str | None = None,
@@ -160,11 +164,18 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
     ``per_query=True``: the per-query values instead, wide: one row per (record, query) with
     ``PER_QUERY_KEYS`` (the record's keys, ``query_id`` as text) then one column per measure, read
     from each record's per-query file (its sha256 checked); a record without a usable file is
-    left out with a warning naming the file."""
+    left out with a warning naming the file.
+
+    ``disagrees``: "" for a record whose metrics match its own files (``rbench.results.proof``:
+    per-query file sha256 and means, run file sha256), else why not; such a record is also
+    named in a warning, so its numbers are never taken silently."""
+    import warnings
+
     import pandas as pd
 
     from rbench.api import SCENARIOS
     from rbench.core.errors import RBenchError, unknown
+    from rbench.results.proof import DISAGREES, file_problems
     from rbench.results.record import load_records, require_results_dir
 
     if scenario is not None and scenario not in SCENARIOS:  # it names a folder under results_dir
@@ -180,13 +191,16 @@ def load_results(results_dir: str | Path = "results", scenario: str | None = Non
         if per_query:
             frames.append(_per_query_rows(path, rec))
             continue
+        disagrees = "; ".join(file_problems(path, rec))
+        if disagrees:
+            warnings.warn(f"{DISAGREES} {path}: the record disagrees with its own files ({disagrees})", stacklevel=2)
         for measure, value in rec.metrics.items():
             rows.append({"scenario": rec.scenario, "task": rec.task, "variant": rec.variant or "original",
                          "column": rec.column, "ranker": rec.ranker.get("name"), "label": rec.label,
                          "config_hash": rec.config_hash, "measure": measure, "value": value,
                          "n_queries": rec.n_queries, "seed": rec.seed, "task_fingerprint": rec.task_fingerprint,
                          "rbench_version": rec.rbench_version, "protocol": rec.protocol, "created": rec.created,
-                         "path": str(path)})
+                         "path": str(path), "disagrees": disagrees})
     if per_query:
         found = [f for f in frames if f is not None]
         return pd.concat(found, ignore_index=True) if found else pd.DataFrame(columns=list(PER_QUERY_KEYS))
@@ -248,7 +262,6 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
     )
     from rbench.results.compare_runs import select
 
-    CompareSettings(seed=seed, resamples=n_resamples, alpha=alpha)  # ranges declared once (--seed -1, 10**12 flips)
     check_options(test, correction, alpha)
     if isinstance(rankers, str):  # one name, not its letters
         rankers = [rankers]

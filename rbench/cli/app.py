@@ -13,7 +13,7 @@ import warnings
 
 import typer
 
-from rbench.cli import compare, listing, reproduce, run, tables
+from rbench.cli import compare, listing, reproduce, run, tables, verify
 from rbench.cli.common import err, refuse_empty_paths
 from rbench.core.console import PipeClosed, quiet_stdout, styled
 from rbench.core.errors import RBenchError
@@ -41,7 +41,7 @@ def _root(version: bool = typer.Option(False, "--version", callback=_version, is
     """rbench: benchmark LLM rankers against classic and task-specific baselines."""
 
 
-# one module per command group (rbench.cli.listing, run, tables, compare, reproduce, data)
+# one module per command group (rbench.cli.listing, run, tables, compare, reproduce, verify, data)
 app.command("tasks")(listing.tasks_cmd)
 app.command("rankers")(listing.rankers_cmd)
 app.command("run")(run.run_cmd)
@@ -49,6 +49,7 @@ app.command("table")(tables.table_cmd)
 app.command("compare")(compare.compare_cmd)
 app.add_typer(tables.plot_app, name="plot")
 app.command("reproduce")(reproduce.reproduce_cmd)
+app.command("verify")(verify.verify_cmd)
 
 
 def _mount_data_app() -> None:

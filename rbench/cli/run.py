@@ -15,7 +15,9 @@ from rbench.core.settings import DEFAULTS, help_of
 
 def run_cmd(
     rankers: list[str] = typer.Option(..., "--ranker", "-r", help="Ranker name (see `rbench rankers`), or "
-                                      "path/file.py:Class / module:Class; repeat for several."),
+                                      "path/file.py:Class / module:Class, or run:PATH (an existing TREC run "
+                                      "file scored as a row; candidates it does not list rank last, "
+                                      "pessimistically); repeat for several."),
     tasks: list[str] = typer.Option(..., "--task", "-t", help="Task name (see `rbench tasks`); repeat for several."),
     variants: list[str] = typer.Option(["original"], "--variant", help="original | mixed | shift | scaled:N | from-TASK "
                                        "(fit on TASK, score this task); repeat for several (like -r/-t: one run each)."),

@@ -49,8 +49,11 @@ def table_cmd(
         from rbench.core.errors import unknown
 
         raise unknown("format", fmt, render)
+    import warnings
+
     from rbench.public import table
     from rbench.results.outputs import output_file
+    from rbench.results.proof import DISAGREES
 
     lb = table(scenario, results_dir, variant, measures or ())
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
@@ -63,6 +66,9 @@ def table_cmd(
     out.print(leaderboard.FOOTER, soft_wrap=True)
     if leaderboard.unrecorded_note(lb):
         out.print(leaderboard.unrecorded_note(lb), soft_wrap=True)
+    for (r, t), why in lb.disproved.items():  # the rows whose record disagrees with its files: a note each
+        warnings.warn(f"{DISAGREES} {lb.label(r)} on {lb.label(t)}: {why}: not compared (no bold, * or ▽, "
+                      "no significance test; rbench verify recomputes it)", stacklevel=1)
     budgets = leaderboard.rich_budget_table(lb)
     if budgets is not None:
         out.print(budgets)

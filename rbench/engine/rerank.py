@@ -39,7 +39,6 @@ batch, unless forced (``--force``).
 from __future__ import annotations
 
 import dataclasses
-import gzip
 import hashlib
 import io
 import json
@@ -56,7 +55,7 @@ from rbench.core import paths
 from rbench.core.atomic import atomic_write_bytes
 from rbench.core.errors import DataError, RBenchError, unknown
 from rbench.core.hashing import short_hash
-from rbench.core.inputs import open_regular, require_regular
+from rbench.core.inputs import require_regular
 from rbench.engine.evaluate import EvalResult, evaluate
 from rbench.engine.metrics import MEASURES, per_query
 from rbench.engine.scorers import is_embedding_ranker, make_scorer
@@ -281,57 +280,15 @@ def _n_ranked(test: Queries, pool: Pool) -> np.ndarray:
     return sizes
 
 
-def _open_text(path: Path):
-    with open_regular(path) as fh:  # a regular file only (rbench.core.inputs): never a FIFO's hang
-        gz = fh.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
-
-
 def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
     """Stage 1 from a TREC run file (see the module docstring for the order and the missing
-    candidates)."""
+    candidates), read by the one reader of run files (``rbench.engine.runfile.read_run``)."""
     from rbench.core.hashing import file_sha256
+    from rbench.engine.runfile import read_run
 
     test, pool = data.test, data.pool
     row_of = {str(q): i for i, q in enumerate(test.ids)}
-    doc_of = {str(d): i for i, d in enumerate(pool.ids)}
-    allowed = None if test.candidates is None else [set(map(int, r)) for r in test.candidates]
-    excluded = [set()] * len(test) if test.exclude is None else [set(map(int, e)) for e in test.exclude]
-    per: list[dict[int, float]] = [{} for _ in range(len(test))]
-    listed = False  # a line for a test query this run evaluates
-    try:
-        with _open_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                parts = line.split()
-                if not parts:
-                    continue
-                if len(parts) != 6:
-                    raise DataError(f"expected 6 fields 'qid Q0 docid rank score tag', found {len(parts)}", path, lineno)
-                qid, _, doc, _, score, _ = parts
-                if doc not in doc_of:
-                    raise DataError(f"document {doc!r} is not in the task's pool", path, lineno)
-                try:
-                    value = float(score)
-                except ValueError:
-                    raise DataError(f"score {score!r} is not a number", path, lineno) from None
-                if not np.isfinite(value):
-                    raise DataError(f"score {score!r} is not finite", path, lineno)
-                i = row_of.get(qid)
-                if i is None:  # a query this run does not evaluate (e.g. --max-queries)
-                    continue
-                listed = True
-                d = doc_of[doc]
-                if allowed is not None and d not in allowed[i]:
-                    raise DataError(f"document {doc!r} is not among query {qid!r}'s candidates", path, lineno)
-                if d in per[i]:
-                    raise DataError(f"document {doc!r} appears twice for query {qid!r}", path, lineno)
-                if d not in excluded[i]:
-                    per[i][d] = value
-    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
-        raise DataError(f"cannot read the run file ({type(exc).__name__}: {exc})", path) from exc
-    if not listed:
-        raise DataError(f"lists none of the {len(test):,} test queries evaluated (empty, or another task's "
-                        f"run file?): expected lines 'qid Q0 docid rank score tag' for them", path)
+    per = read_run(path, test.ids, pool.ids, test.candidates, test.exclude)
     lists = Ragged.from_rows([list(p) for p in per])
     scores = {(i, d): s for i, p in enumerate(per) for d, s in p.items()}
 

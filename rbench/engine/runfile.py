@@ -239,3 +239,70 @@ def run_file_bytes(queries: Queries, pool_ids: Any, result: EvalResult, depth: i
     with gzip.GzipFile(fileobj=buf, mode="wb", compresslevel=6, mtime=0, filename="") as gz:
         gz.write(text.encode())
     return buf.getvalue()
+
+
+# --------------------------------------------------------------------------------------------
+# reading: the one reader of TREC run files (``--rerank-from run:PATH``, ``-r run:PATH``, ``rbench verify``)
+# --------------------------------------------------------------------------------------------
+
+
+def open_run_text(path: Any) -> Any:
+    """A run file opened as text, gzipped or plain (a regular file only: never a FIFO's hang)."""
+    from rbench.core.inputs import open_regular
+
+    with open_regular(path) as fh:
+        gz = fh.read(2) == b"\x1f\x8b"
+    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
+
+
+def read_run(path: Any, query_ids: Any, pool_ids: Any, candidates: np.ndarray | None = None,
+             exclude: Ragged | None = None) -> list[dict[int, float]]:
+    """Each query's listed candidates (pool index -> score) from the TREC run file ``path``
+    (``qid Q0 docid rank score tag``, gzipped or plain), aligned with ``query_ids``. Lines of
+    queries not in ``query_ids`` are skipped (a run of more queries than a sample evaluates);
+    a query's documents in ``exclude`` are dropped. Why one reader: the rerank stage 1, the run-file ranker
+    and ``rbench verify`` must read the same file the same way. Bad input is a ``DataError``
+    naming the file and line: not 6 fields, a document not in the pool (or not among the
+    query's ``candidates``), a score that is not a finite number, a document twice for a query;
+    a file that lists none of the queries is refused too."""
+    row_of = {str(q): i for i, q in enumerate(query_ids)}
+    doc_of = {str(d): i for i, d in enumerate(pool_ids)}
+    n = len(row_of)
+    allowed = None if candidates is None else [set(map(int, r)) for r in candidates]
+    excluded = [set()] * n if exclude is None else [set(map(int, e)) for e in exclude]
+    per: list[dict[int, float]] = [{} for _ in range(n)]
+    listed = False  # a line for one of the queries
+    try:
+        with open_run_text(path) as fh:
+            for lineno, line in enumerate(fh, 1):
+                parts = line.split()
+                if not parts:
+                    continue
+                if len(parts) != 6:
+                    raise DataError(f"expected 6 fields 'qid Q0 docid rank score tag', found {len(parts)}", path, lineno)
+                qid, _, doc, _, score, _ = parts
+                if doc not in doc_of:
+                    raise DataError(f"document {doc!r} is not in the task's pool", path, lineno)
+                try:
+                    value = float(score)
+                except ValueError:
+                    raise DataError(f"score {score!r} is not a number", path, lineno) from None
+                if not np.isfinite(value):
+                    raise DataError(f"score {score!r} is not finite", path, lineno)
+                i = row_of.get(qid)
+                if i is None:  # a query not evaluated here (e.g. --max-queries)
+                    continue
+                listed = True
+                d = doc_of[doc]
+                if allowed is not None and d not in allowed[i]:
+                    raise DataError(f"document {doc!r} is not among query {qid!r}'s candidates", path, lineno)
+                if d in per[i]:
+                    raise DataError(f"document {doc!r} appears twice for query {qid!r}", path, lineno)
+                if d not in excluded[i]:
+                    per[i][d] = value
+    except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
+        raise DataError(f"cannot read the run file ({type(exc).__name__}: {exc})", path) from exc
+    if not listed:
+        raise DataError(f"lists none of the {n:,} test queries evaluated (empty, or another task's "
+                        f"run file?): expected lines 'qid Q0 docid rank score tag' for them", path)
+    return per

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING
 from rbench.core.errors import RBenchError, unknown
 from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.results.leaderboard import Leaderboard, build
+from rbench.results.proof import DISAGREES
 from rbench.results.record import ColumnKey, RowKey, read_per_query, require_results_dir
 
 if TYPE_CHECKING:
@@ -119,6 +120,8 @@ def select(results_dir: str | Path, task: str, rankers: Sequence[str] | None = N
     configuration there) or every row of this protocol; at least two."""
     lb, column = find_column(Path(results_dir), task, scenario, variant)
     rows, notes = _rows(lb, column, rankers)
+    notes += [f"{DISAGREES} {lb.label(r)}: its RunRecord disagrees with its own files ({lb.disproved[(r, column)]}); "
+              "compared here by its per-query values" for r in rows if (r, column) in lb.disproved]
     if len(rows) < 2:
         raise RBenchError(f"{lb.label(column)}: {len(rows)} run{'s' * (len(rows) != 1)} to compare; expected at "
                           "least two")

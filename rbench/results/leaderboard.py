@@ -28,6 +28,8 @@ from rbench.core.errors import RBenchError, unknown
 from rbench.core.markdown import code_span
 from rbench.core.markdown import row as md_row
 from rbench.core.protocol import PROTOCOL_VERSION
+from rbench.results.proof import DISAGREES, file_problems
+from rbench.results.proof import NOTE as DISAGREE_NOTE
 from rbench.results.ranking_checks import LEGEND as NOT_RANKED_LEGEND
 from rbench.results.ranking_checks import MARK as NOT_RANKED
 from rbench.results.ranking_checks import flag as ranking_flag
@@ -67,6 +69,8 @@ class Leaderboard:
     labels: dict[RowKey | ColumnKey, str] = field(default_factory=dict)  # rendered names
     foreign: dict[ColumnKey, str] = field(default_factory=dict)  # columns not on the task's own data
     measures: tuple[str, ...] = ()  # more measures shown beside SHOWN (``rbench table --measure``), canonical names
+    # cells whose record disagrees with its own files (rbench.results.proof): why; marked, never compared
+    disproved: dict[Cell, str] = field(default_factory=dict)
 
     def label(self, key: RowKey | ColumnKey) -> str:
         """The rendered name of a row or a column."""
@@ -117,7 +121,7 @@ class Leaderboard:
 
     def compared(self, task: ColumnKey, metric: str) -> list[RowKey]:
         """The rows of a column that take part in its comparisons: a finite value, this protocol."""
-        old = self.other_protocol()
+        old = self.other_protocol() | set(self.disproved)
         return [r for r in self.rows if finite(self.value(r, task, metric)) and (r, task) not in old]
 
     def rank_marks(self) -> dict[tuple[RowKey, ColumnKey, str], str]:
@@ -333,8 +337,9 @@ def build(results_dir: Path, scenario: str, variant: str | None = None, measures
         base = _original_of(records[(row, col)], originals.get((row, col.original()), {}))
         if base is not None and finite(base.metrics["RR"]) and base.metrics["RR"] and finite(metrics["RR"]):
             deltas[(row, col)] = (metrics["RR"] - base.metrics["RR"]) / base.metrics["RR"]
+    disproved = {cell: "; ".join(why) for cell, path in files.items() if (why := file_problems(path, records[cell]))}
     return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels,
-                       foreign=foreign, measures=shown_extra)
+                       foreign=foreign, measures=shown_extra, disproved=disproved)
 
 
 def _foreign_data(records: dict[Cell, RunRecord]) -> dict[ColumnKey, str]:
@@ -416,6 +421,8 @@ def _cell(lb: Leaderboard, r: RowKey, t: ColumnKey, m: str, marks, below, sig, s
         s += " ▽"
     if (r, t) in lb.other_protocol():
         s += " †"
+    if (r, t) in lb.disproved:
+        s += f" {DISAGREES}"
     if (r, t) in lb.records and ranking_flag(lb.records[(r, t)].ranker_info):
         s += f" {NOT_RANKED}"
     mark = marks.get((r, t, m))
@@ -475,6 +482,15 @@ def unrecorded_note(lb: Leaderboard) -> str:
             "record again when it lacks a requested measure).")
 
 
+def disproved_markdown(lb: Leaderboard) -> list[str]:
+    """The note on the rows whose record disagrees with its own files: the mark, then one line
+    per cell with why ([] when none does); ``rbench verify`` recomputes them from the run file."""
+    if not lb.disproved:
+        return []
+    return ["", f"{DISAGREE_NOTE}; not compared (no bold, `*` or `▽`); `rbench verify` recomputes them:", ""] + [
+        f"- {lb.label(r)} on {lb.label(t)}: {why}" for (r, t), why in lb.disproved.items()]
+
+
 BUDGET_NOTE = ("as recorded in their RunRecords (untrained rankers have none). Compare trained rankers only "
                "with their budgets in view.")
 
@@ -531,6 +547,7 @@ def to_markdown(lb: Leaderboard, paper: bool = False, results_dir: Path | str = 
         lines += ["", f"`†`: computed under evaluation protocol {', '.join(map(str, old))} (this rbench: "
                   f"{PROTOCOL_VERSION}; 0 = before records carried one); not compared (no bold, `*` or `▽`). "
                   "Re-run it to compare (`rbench run` re-runs it: only-missing keeps only records of this protocol)."]
+    lines += disproved_markdown(lb)
     if any(ranking_flag(rec.ranker_info) for rec in lb.records.values()):
         lines += ["", NOT_RANKED_LEGEND]
     lines += budget_markdown(lb)
@@ -567,7 +584,8 @@ def to_json(lb: Leaderboard) -> str:
                 for m, label in lb.shown()},
              **({"delta_MRR_percent": round(100 * lb.deltas[(r, t)], 4)} if (r, t) in lb.deltas else {}),
              **({"training_budget": budgets[(r, t)]} if (r, t) in budgets else {}),
-             **({"protocol": lb.records[(r, t)].protocol} if (r, t) in lb.records else {})}
+             **({"protocol": lb.records[(r, t)].protocol} if (r, t) in lb.records else {}),
+             **({"disagrees": lb.disproved[(r, t)]} if (r, t) in lb.disproved else {})}
             for r in lb.rows for t in lb.tasks if (r, t) in lb.cells]
     return json.dumps({"scenario": lb.scenario, "variant": lb.variant, "rows": rows}, indent=2) + "\n"
 

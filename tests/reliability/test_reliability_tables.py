@@ -174,7 +174,9 @@ def test_a_bad_per_query_file_is_a_note_and_no_significance(capsys, res, tmp_pat
     code, _, err = cli(capsys, "table", "--scenario", "large", "--results-dir", str(res), "-o", str(md))
     assert code == 0 and pq.name in one_line(err) and "no significance test" in err
     pop_row = next(line for line in md.read_text().splitlines() if line.startswith("| pop |"))
-    assert "*" not in pop_row  # not tested against bm25 (the best), so no significance mark
+    assert "*" not in pop_row.replace("**", "")  # not tested against bm25, so no significance mark
+    bm25_row = next(line for line in md.read_text().splitlines() if line.startswith("| bm25 |"))
+    assert "‼" in bm25_row and "**" not in bm25_row  # its record cannot be checked: marked, not compared
 
 
 def test_a_nan_metric_shows_as_n_a_without_marks(res):
