@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rbench.core.settings import DEFAULTS  # light: the run settings' defaults, declared once
+from rbench.core.settings import DEFAULTS, CompareSettings  # light: the run settings' defaults, declared once
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -262,6 +262,7 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
     )
     from rbench.results.compare_runs import select
 
+    CompareSettings(seed=seed, resamples=n_resamples, alpha=alpha)  # ranges declared once (--seed -1, 10**12 flips)
     check_options(test, correction, alpha)
     if isinstance(rankers, str):  # one name, not its letters
         rankers = [rankers]
