@@ -148,8 +148,8 @@ class PriorRanker(BaseRanker):
 
     def index(self, pool: Pool) -> None:
         ids = [str(i) for i in pool.ids]
-        seen = getattr(self, "_seen", set())
-        train = getattr(self, "_train_by_id", {})
+        seen: set[str] = getattr(self, "_seen", set())
+        train: dict[str, float] = getattr(self, "_train_by_id", {})
         self._pool_ids = np.array([zlib.crc32(i.encode()) for i in ids], dtype=np.uint64)
         pop = np.array([train.get(i, 0.0) for i in ids], dtype=np.float64)
         fresh = np.array([i not in seen for i in ids], dtype=bool)

@@ -57,6 +57,15 @@ def test_a_generated_task_page_holds_the_registry_facts(site):
     assert (site / "tasks" / "rec-clothing" / "index.html").is_file()
 
 
+def test_a_task_page_says_whether_its_pool_is_built_from_positives(site):
+    """TaskSpec.pool_from_positives on the generated pages (issue 40): esci yes (with the prior
+    floor and the distractors option), ml-100k no."""
+    row = re.compile(r"pool built from the queries' positives\s+(yes|no)\b")
+    esci, ml = (_text(site / "tasks" / name / "index.html") for name in ("esci", "ml-100k"))
+    assert row.search(esci).group(1) == "yes" and "prior" in esci and "task.distractors" in esci
+    assert row.search(ml).group(1) == "no"
+
+
 def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
     from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
 
