@@ -43,6 +43,8 @@ S_T = ["tests/run/test_runner.py", "tests/reliability/test_planted_slips.py", "t
 L_T = ["tests/results/test_leaderboard.py", "tests/results/test_significance.py", "tests/reliability/test_planted_slips.py",
        "tests/reliability/test_reliability_tables.py"]
 
+I_T = ["tests/engine/test_isolation_spy.py"]
+
 # (id, module, file, description, old, new, test files)
 MUTANTS = [
     # ---------------------------------------------------------------- metrics
@@ -66,6 +68,16 @@ MUTANTS = [
      "order = np.lexsort((np.where(valid, idx, np.iinfo(np.int64).max)",
      "order = np.lexsort((np.where(valid, -idx, np.iinfo(np.int64).max)", M_T),
     # ---------------------------------------------------------------- engine
+    # ---------------------------------------------------------------- isolation (issue 40)
+    ("i1", "engine", "rbench/engine/evaluate.py", "the consistency re-check hands the labelled query, marked label-free",
+     "sub = batch.slice(r, r + 1).unlabelled()", "sub = batch.slice(r, r + 1); sub.labelled = False", I_T),
+    ("i2", "engine", "rbench/api.py", "the label-free view keeps meta (routing outcomes)",
+     "meta={}, labelled=False)", "meta=self.meta, labelled=False)", I_T),
+    ("i3", "engine", "rbench/engine/evaluate.py", "the engine keeps (and writes -inf into) the array a ranker returned",
+     'owned.plain_copy(scores, ranker_name, "score", expected)',
+     'owned.real(np.asarray(scores), ranker_name, "score", expected)', I_T),
+    ("i4", "engine", "rbench/api.py", "fit is handed the valid split the harness keeps",
+     "valid=self.valid.private_copy()", "valid=self.valid", I_T),
     ("e1", "engine", "rbench/engine/evaluate.py", "optimistic ties: rank ignores candidates tied with the positive",
      "ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals)",
      "ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + before_vals)", E_T),

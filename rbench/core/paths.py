@@ -35,5 +35,15 @@ def prepared_dir(task: str) -> Path:
 
 
 def cache_dir(*parts: str) -> Path:
-    """Ranker caches (embeddings, indexes, RecBole checkpoints)."""
+    """Ranker caches (embeddings, indexes, RecBole checkpoints): ``cache_dir()`` is the folder a
+    ranker is told to keep its files in (``RunContext.cache_dir``), so nothing derived from labels
+    is ever written in it or under it (docs/contract.md, "Folders")."""
     return home() / "cache" / Path(*parts) if parts else home() / "cache"
+
+
+def harness_dir(*parts: str) -> Path:
+    """The harness's own state (the two-stage protocol's stage-1 cache, which holds every
+    positive's stage-1 rank; scratch copies of a run's matrices): beside ``cache_dir()``, never
+    in it or under it, so that a ranker told to keep its files in ``cache_dir()`` is not handed
+    it."""
+    return home() / "harness" / Path(*parts) if parts else home() / "harness"

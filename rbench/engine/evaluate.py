@@ -27,7 +27,7 @@ import numpy as np
 from rbench.api import MAX_GRADE, Pool, Queries, Ragged
 from rbench.core.errors import DataError, RankerOutputError, RBenchError
 from rbench.core.settings import DEFAULTS
-from rbench.engine import fused
+from rbench.engine import fused, owned
 from rbench.engine.scorers import ScoreFn, Scorer, as_scorer, make_scorer
 
 
@@ -233,23 +233,21 @@ def _check_shape(scores: np.ndarray, shape: tuple[int, int], ranker_name: str) -
     return scores
 
 
-def _check(scores: Any, shape: tuple[int, int], ranker_name: str, queries: Queries) -> np.ndarray:
-    # a torch tensor (on a GPU, or one that requires grad) is read through detach/cpu/numpy,
-    # without importing torch here; a list or anything else numpy converts is taken as it is
-    if all(callable(getattr(scores, m, None)) for m in ("detach", "cpu", "numpy")):
-        scores = scores.detach().cpu().numpy()
-    try:
-        arr = np.asarray(scores)
-    except (TypeError, ValueError) as exc:  # ragged lists and the like
-        raise RankerOutputError(f"ranker {ranker_name!r} returned scores numpy cannot read as an array "
-                                f"({type(scores).__name__}: {exc}); expected a {shape} array") from exc
+def _check(scores: Any, shape: tuple[int, int], ranker_name: str, queries: Queries,
+           harness: bool = False) -> np.ndarray:
+    """The scores a ranker's call returned, as the engine's own float array: copied first
+    (``rbench.engine.owned``: an ndarray subclass's code never runs, and the ranker cannot edit
+    what the engine keeps or see what it writes), then checked: real dtype, shape, finiteness.
+    ``harness``: the engine's own dense scores (``Scorer.harness_scores``), already its arrays:
+    checked, not copied."""
+    expected = f"a {shape} array (n_queries, n_candidates)"
+    arr = owned.real(np.asarray(scores), ranker_name, "score", expected) if harness else \
+        owned.plain_copy(scores, ranker_name, "score", expected)
     if arr.shape != shape:
         raise RankerOutputError(
             f"ranker {ranker_name!r} returned scores of shape {arr.shape}, expected {shape} "
             f"(n_queries, n_candidates)"
         )
-    if not np.issubdtype(arr.dtype, np.number):
-        raise RankerOutputError(f"ranker {ranker_name!r} returned non-numeric scores ({arr.dtype})")
     if arr.dtype not in (np.float32, np.float64):
         arr = arr.astype(np.float64)
     finite = np.isfinite(arr)
@@ -410,13 +408,13 @@ def evaluate(
             sp = np.take_along_axis(full, col, axis=1)
             chunks: Any = [(lo, batch.candidates if batch.candidates is not None else np.arange(lo, hi))]
         elif small:  # the engine's dense scores of small lists: scored whole
-            full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch)
+            full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch, harness=True)
             col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
             sp = np.take_along_axis(full, col, axis=1)
             chunks = [(0, batch.candidates)]
         else:  # the engine's dense scores: a positive's by the GEMM's own arithmetic (pair_dots)
             full = None
-            sp = _check(scorer(batch, pos), pos.shape, name, batch)
+            sp = _check(scorer(batch, pos), pos.shape, name, batch, harness=True)
             chunks = _Chunks(batch, pool_range, chunk_size)
         higher = np.zeros(pos.shape, dtype=np.int64)
         equal = np.zeros(pos.shape, dtype=np.int64)
@@ -452,8 +450,9 @@ def evaluate(
             else:
                 shape = cand.shape if cand.ndim == 2 else (B, len(cand))
                 raw = scorer(batch, cand)
-                # the dense scorer checks its inputs are finite, so its products are; others are scanned
-                s = _check(raw, shape, name, batch) if not scorer.finite_inputs \
+                # (only the engine's dense scores come here: ranker code's are whole rows) the dense
+                # scorer checks its inputs are finite, so its products are; others are scanned
+                s = _check(raw, shape, name, batch, harness=True) if not scorer.finite_inputs \
                     else _check_shape(raw, shape, name)
                 if not scratch:
                     s = s.copy()  # never modify a scorer's own arrays
@@ -577,7 +576,7 @@ def _whole_rows(scorer: Scorer, batch: Queries, pool_range: tuple[int, int], chu
     if len(parts) == 1:
         cand = parts[0][1]
         shape = cand.shape if cand.ndim == 2 else (B, len(cand))
-        return np.array(_check(scorer(batch, cand), shape, name, batch), copy=True)  # ours, not the ranker's
+        return _check(scorer(batch, cand), shape, name, batch)  # (a copy: ours, not the ranker's)
     out: np.ndarray | None = None
     for a, cand in parts:
         shape = cand.shape if cand.ndim == 2 else (B, len(cand))

@@ -3,7 +3,8 @@
 
 Stage 1 is an ordinary engine evaluation of ranker S over the whole pool (exclusions applied):
 each query's top-N and the exact (pessimistic) rank of every positive. It is cached under
-``paths.cache_dir("rerank")``, keyed by S's name, version and config, the pool's fingerprint, the
+``paths.harness_dir("rerank")`` (the harness's own folder: never the rankers' ``cache_dir`` or under
+it, since the file holds positives' ranks; docs/contract.md), keyed by S's name, version and config, the pool's fingerprint, the
 variant, N, the seed and the evaluated queries. Stage 1 may also come from a TREC run file
 (``--rerank-from run:PATH``, gzipped or plain ``qid Q0 docid rank score tag``).
 
@@ -229,6 +230,20 @@ def _load(path: Path, n_pos: int) -> Stage1 | None:
     return st if len(st.ranks) == n_pos else None
 
 
+def _forget_old_cache() -> None:
+    """Remove the stage-1 files rbench versions before issue 40 wrote inside the rankers' cache
+    folder (``cache_dir()/rerank``): they hold positives' ranks, which no ranker may find there."""
+    old = paths.cache_dir("rerank")
+    if not old.is_dir():
+        return
+    for f in old.glob("*.npz"):
+        f.unlink(missing_ok=True)
+    try:
+        old.rmdir()
+    except OSError:  # something else lives there: left alone
+        pass
+
+
 def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_score: Any) -> Stage1:
     """Stage 1 of ``plan.rerank``: from the cache, by running (fitting, then scoring) its ranker,
     or from its run file. ``run_score`` is the runner's scoring road (handed in: rbench.run.runner
@@ -239,7 +254,10 @@ def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_scor
     ranker = rp.ranker_cls(config=rp.ranker_config, context=context)  # type: ignore[misc]
     version = str(getattr(ranker, "version", ""))
     key = cache_key(rp.ranker, version, ranker.config, data, plan.variant.label, rp.depth, plan.seed)  # type: ignore[arg-type]
-    path = paths.cache_dir("rerank") / f"{rp.ranker}-{key}.npz"
+    # the harness's folder, not the rankers' (the file holds every positive's stage-1 rank: those
+    # outside the top-N cannot be recomputed from it without scanning the pool again)
+    _forget_old_cache()
+    path = paths.harness_dir("rerank") / f"{rp.ranker}-{key}.npz"
     first = {"name": rp.ranker, "version": version, "config": ranker.config}
     if path.is_file():
         st = _load(path, len(data.test.positives.values))

@@ -20,7 +20,7 @@ import numpy as np
 from rbench.api import Pool, Queries
 from rbench.core.errors import RankerOutputError
 from rbench.core.settings import DEFAULTS
-from rbench.engine import fused
+from rbench.engine import fused, owned
 
 ScoreFn = Callable[[Queries, np.ndarray], np.ndarray]
 
@@ -73,20 +73,12 @@ def _contiguous(cand: np.ndarray) -> bool:
 
 
 def encode_pool(ranker: Any, pool: Pool) -> Any:
-    """The ranker's candidate vectors, checked once: shape (len(pool), d), every value finite
-    (scanned in chunks: the matrix may be memory-mapped or sharded)."""
-    emb = ranker.encode_pool(pool.for_ranker())
-    if all(callable(getattr(emb, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
-        emb = emb.detach().cpu().numpy()
-    elif not (hasattr(emb, "ndim") and hasattr(emb, "shape")):  # a list: numpy's, else one line
-        try:
-            emb = np.asarray(emb, dtype=np.float32)
-        except (TypeError, ValueError) as exc:
-            raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned {type(emb).__name__}, "
-                                    f"expected a ({len(pool)}, d) array ({exc})") from exc
-    if emb.ndim != 2 or emb.shape[0] != len(pool):
-        raise RankerOutputError(f"ranker {ranker.name!r}: encode_pool returned shape {emb.shape}, "
-                                f"expected ({len(pool)}, d)")
+    """The ranker's candidate vectors as the engine's own matrix (``rbench.engine.owned``: a
+    private copy, or a read-only map the engine opened itself; never the object the ranker
+    returned, which the engine later indexes with the positives' pool indices), checked once:
+    real dtype, shape (len(pool), d), every value finite (scanned in chunks: the matrix may be
+    memory-mapped or sharded)."""
+    emb = owned.pool_matrix(ranker.encode_pool(pool.for_ranker()), ranker.name, len(pool))
     for a in range(0, emb.shape[0], 262144):
         block = np.asarray(emb[a : a + 262144], dtype=np.float32)
         if not np.isfinite(block).all():
@@ -109,15 +101,11 @@ def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = DE
 
 
 def checked_query_vectors(q: Any, batch: Queries, dim: int, name: str) -> np.ndarray:
-    """A ranker's query vectors for ``batch`` as contiguous float32, shape and finiteness checked
-    (one line naming the ranker and the query otherwise); a torch tensor is taken as it is."""
-    if all(callable(getattr(q, m, None)) for m in ("detach", "cpu", "numpy")):  # a torch tensor
-        q = q.detach().cpu().numpy()
-    try:
-        q = np.asarray(q)
-    except (TypeError, ValueError) as exc:
-        raise RankerOutputError(f"ranker {name!r}: encode_queries returned {type(q).__name__}, "
-                                f"expected a ({len(batch)}, {dim}) array ({exc})") from exc
+    """A ranker's query vectors for ``batch`` as the engine's own contiguous float32 copy
+    (``rbench.engine.owned``: copy, then check dtype, shape, finiteness; one line naming the
+    ranker and the query otherwise); a torch tensor is read through detach/cpu/numpy."""
+    expected = f"a ({len(batch)}, {dim}) array"
+    q = owned.plain_copy(q, name, "encode_queries", expected)
     if q.ndim != 2 or q.shape[0] != len(batch) or q.shape[1] != dim:
         raise RankerOutputError(f"ranker {name!r}: encode_queries returned shape "
                                 f"{q.shape}, expected ({len(batch)}, {dim})")

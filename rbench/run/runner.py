@@ -667,7 +667,7 @@ def _on_ray(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> EvalResult:
     from rbench.engine.distributed import evaluate_sharded
     from rbench.engine.sharded import ShardedArray
 
-    scratch = paths.cache_dir("ray")
+    scratch = paths.harness_dir("ray")
     scratch.mkdir(parents=True, exist_ok=True)
     with tempfile.TemporaryDirectory(dir=scratch) as tmp:
         if isinstance(emb, ShardedArray):
