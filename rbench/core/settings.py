@@ -38,7 +38,8 @@ class RunSettings:
     they are in the ``RunPlan`` (nothing in them needs resolving)."""
 
     seed: Seed = _setting(0, "Seed for sampling, splits and training (0 to 2**32-1).")
-    max_queries: AtLeast1 | None = _setting(None, "Evaluate a seeded sample of N test queries.")
+    # no cap below int64's: a sample at least the test split is a full run (the documented choice)
+    max_queries: Annotated[int, Range(1, 2**63 - 1)] | None = _setting(None, "Evaluate a seeded sample of N test queries.")
     results_dir: Path = _setting(Path("results"), "Where RunRecords are written.")
     batch_size: AtLeast1 = _setting(256, "Queries per scoring batch.")
     chunk_size: AtLeast1 = _setting(65536, "Candidates per scoring chunk.")
