@@ -83,28 +83,31 @@ def pool_matrix(emb: Any, ranker: str, n_rows: int) -> Any:
     """``encode_pool``'s matrix as the engine's own: a plain in-memory copy, or (so that a
     multi-GB pool is not copied into memory) a read-only ``.npy`` map the engine opened itself
     (``np.memmap``), a ``ShardedArray`` opened again from its folder, or a bfloat16
-    ``BF16Matrix`` over either. Checked: real dtype, shape (n_rows, d). (Finiteness: the caller
-    scans it in blocks.)"""
-    expected = f"a ({n_rows}, d) array"
-    embeddings = sys.modules.get("rbench.engine.embeddings")  # (a higher layer: never imported here)
-    if type(emb) is np.memmap:
-        mine: Any = _engine_memmap(emb)
-        if mine is None:
-            mine = plain_copy(emb, ranker, "encode_pool", expected)
-    elif type(emb) is ShardedArray:
-        mine = ShardedArray.open(emb.directory)  # the engine's own maps of the shards
-    elif embeddings is not None and type(emb) is embeddings.BF16Matrix:
-        bits = pool_matrix(emb.bits, ranker, n_rows)
-        if np.dtype(bits.dtype) != np.uint16:
-            raise RankerOutputError(f"ranker {ranker!r}: encode_pool returned a BF16Matrix over {bits.dtype} "
-                                    "values, expected uint16 bfloat16 bit patterns")
-        mine = embeddings.BF16Matrix(bits)
-    else:
-        mine = plain_copy(emb, ranker, "encode_pool", expected)
-        if mine.dtype.kind in "iu":
-            mine = mine.astype(np.float32)
-    real(mine, ranker, "encode_pool", expected)
+    ``BF16Matrix`` over either. Checked: real dtype (an integer copy becomes float32), shape
+    (n_rows, d). (Finiteness: the caller scans it in blocks.)"""
+    mine = _owned(emb, ranker, n_rows)
+    if type(mine) is np.ndarray and mine.dtype.kind in "iu":
+        mine = mine.astype(np.float32)
+    real(mine, ranker, "encode_pool", f"a ({n_rows}, d) array")
     if len(mine.shape) != 2 or mine.shape[0] != n_rows:
         raise RankerOutputError(f"ranker {ranker!r}: encode_pool returned shape {tuple(mine.shape)}, "
                                 f"expected ({n_rows}, d)")
     return mine
+
+
+def _owned(emb: Any, ranker: str, n_rows: int) -> Any:
+    """``emb`` as an object of the engine's (``pool_matrix``), values as they are."""
+    expected = f"a ({n_rows}, d) array"
+    embeddings = sys.modules.get("rbench.engine.embeddings")  # (a higher layer: never imported here)
+    if type(emb) is np.memmap:
+        mapped = _engine_memmap(emb)
+        return mapped if mapped is not None else plain_copy(emb, ranker, "encode_pool", expected)
+    if type(emb) is ShardedArray:
+        return ShardedArray.open(emb.directory)  # the engine's own maps of the shards
+    if embeddings is not None and type(emb) is embeddings.BF16Matrix:
+        bits = _owned(emb.bits, ranker, n_rows)
+        if np.dtype(bits.dtype) != np.uint16:
+            raise RankerOutputError(f"ranker {ranker!r}: encode_pool returned a BF16Matrix over {bits.dtype} "
+                                    "values, expected uint16 bfloat16 bit patterns")
+        return embeddings.BF16Matrix(bits)
+    return plain_copy(emb, ranker, "encode_pool", expected)

@@ -188,3 +188,25 @@ def test_a_read_only_npy_map_is_reopened_by_the_engine_not_copied(tmp_path):
     assert type(part) is np.ndarray and np.array_equal(part, theirs[1:])
     with pytest.raises(RankerOutputError, match=r"encode_pool returned shape \(4, 3\), expected \(5, d\)"):
         pool_matrix(theirs, "r", 5)
+
+
+def test_the_engines_own_matrix_types_are_opened_again_values_kept(tmp_path):
+    """A bfloat16 matrix keeps its uint16 bits (not cast to numbers); a sharded matrix is opened
+    again from its folder; a ``BF16Matrix`` over a subclass runs none of the subclass's code."""
+    from rbench.engine.embeddings import BF16Matrix, to_bf16_bits
+    from rbench.engine.owned import pool_matrix
+    from rbench.engine.sharded import finish, write_shard
+
+    x = np.random.default_rng(0).standard_normal((5, 3)).astype(np.float32)
+    rows = np.array([[4, 1]])
+    Learns.log.clear()
+    theirs = BF16Matrix(to_bf16_bits(x).view(Learns))
+    mine = pool_matrix(theirs, "r", 5)
+    assert type(mine) is BF16Matrix and type(mine.bits) is np.ndarray and mine.bits.dtype == np.uint16
+    assert np.array_equal(mine[rows], BF16Matrix(to_bf16_bits(x))[rows]) and Learns.log == []
+    write_shard(tmp_path, 0, x[:3])
+    write_shard(tmp_path, 3, x[3:])
+    sharded = finish(tmp_path, 5)
+    again = pool_matrix(sharded, "r", 5)
+    assert again is not sharded and np.array_equal(again[rows], x[rows])
+    assert pool_matrix(np.arange(10).reshape(5, 2), "r", 5).dtype == np.float32
