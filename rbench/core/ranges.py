@@ -57,6 +57,15 @@ class Range:
             return f"{'<' if self.hi_open else '<='} {fmt(hi)}"
         return "finite"
 
+    def side(self, value: float, is_int: bool) -> str:
+        """The bound ``value`` crosses, in words: ``at most 100,000``, ``at least 1``, ``> 0``."""
+        fmt = (lambda v: f"{int(v):,}") if is_int else (lambda v: f"{v:g}")
+        hi = self.upper(is_int)
+        if hi is not None and (value >= hi if self.hi_open else value > hi):
+            return f"below {fmt(hi)}" if self.hi_open else f"at most {fmt(hi)}"
+        assert self.lo is not None
+        return f"above {fmt(self.lo)}" if self.lo_open else f"at least {fmt(self.lo)}"
+
     def upper(self, is_int: bool) -> float | None:
         return self.hi if self.hi is not None or not is_int else INT_CAP
 
@@ -111,7 +120,10 @@ def problem(value: Any, kind: type, rng: Range | None) -> str | None:
         return f"must be a finite number, got {value!r}"
     rng = rng or Range()
     if not rng.holds(value, kind is int):
-        return f"must be {rng.text(kind is int)}" + (f" ({rng.note})" if rng.note else "") + f", got {value!r}"
+        is_int = kind is int
+        side = rng.side(value, is_int)
+        note = f"; {rng.note}" if rng.note else ""
+        return f"must be {side} ({rng.text(is_int)}{note}), got {value!r}"
     return None
 
 

@@ -107,10 +107,12 @@ def test_bad_ranker_output_names_the_ranker(capsys, fake_ranker, tmp_path, mode,
     assert not list(tmp_path.rglob("*.json"))
 
 
-def test_internal_error_exit_1(capsys, fake_ranker, tmp_path):
+def test_a_ranker_crash_is_the_rankers_exit_2(capsys, fake_ranker, tmp_path):
+    """An exception inside ranker code names the ranker (issue 42; rbench's own bugs stay exit 1:
+    tests/reliability/test_ranker_faults.py)."""
     code, _, err = run(capsys, "run", "-r", "fake", "-t", "ml-100k", "--set", "mode=crash", "-q",
                        "--results-dir", str(tmp_path))
-    assert code == 1 and "ZeroDivisionError" in err
+    assert code == 2 and "ranker 'fake' failed in" in err and "ZeroDivisionError" in err
 
 
 def test_interrupted_run_leaves_nothing(capsys, fake_ranker, tmp_path):

@@ -111,17 +111,16 @@ class Ranker:
     assert code == 2 and "ranker 'configless' lacks 'config'" in line, line
 
 
-def test_rbench_own_bug_stays_an_internal_error(capsys, monkeypatch):
-    """The classification reads where the exception was raised: not every exception is a ranker's."""
-    from rbench.cli import listing
+def test_rbench_own_bug_stays_an_internal_error(capsys, tmp_path, monkeypatch):
+    """The classification reads where the exception was raised: an exception in the harness's own
+    code after a sound ranker scored is rbench's bug (exit 1, with its traceback)."""
+    from rbench.run import runner
 
     def broken(*_a, **_k):
         raise ZeroDivisionError("rbench's own")
 
-    monkeypatch.setattr(listing, "rankers_cmd", broken)
-    from rbench.core.faults import ranker_fault
-
-    try:
-        broken()
-    except ZeroDivisionError as exc:
-        assert ranker_fault(exc) is None
+    monkeypatch.setattr(runner, "per_query", broken)
+    path = _write(tmp_path, "sound", "\nclass Ranker(Base):\n    pass\n")
+    code, _, err = cli(capsys, "run", "-r", f"{path}:Ranker", "-t", "ml-100k", "-q", "--max-queries", "20",
+                       "--no-write")
+    assert code == 1 and "internal error" in err and "ZeroDivisionError" in err and "failed in" not in err

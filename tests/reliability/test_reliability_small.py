@@ -37,7 +37,7 @@ def test_a_seed_of_32_bits_or_more_is_refused(capsys, tmp_path, seed):
     line = one_line(err)
     assert code == 2 and "--seed" in line and "2**32" in line
     assert not list(tmp_path.rglob("*.json"))
-    with pytest.raises(RBenchError, match=r"--seed must be in \[0, 4,294,967,295\] \(below 2\*\*32"):
+    with pytest.raises(RBenchError, match=r"--seed must be at most 4,294,967,295 \(in \[0, 4,294,967,295\]; below 2\*\*32"):
         RunOptions(ranker="pop", task="ml-100k", seed=seed)
     RunOptions(ranker="pop", task="ml-100k", seed=2**32 - 1)  # the largest seed is taken
 
