@@ -94,10 +94,13 @@ def _text(value: str) -> str:
 def _options_table(fields: list[dict[str, Any]], helps: dict[str, str], prefix: str = "") -> list[str]:
     if not fields:
         return ["This one takes no options.", ""]
-    rows = ["| option | type | default | what it does |", "|---|---|---|---|"]
+    ranged = any(f.get("range") for f in fields)  # a number's declared range (rbench.core.ranges)
+    rows = (["| option | type | default | range | what it does |", "|---|---|---|---|---|"] if ranged
+            else ["| option | type | default | what it does |", "|---|---|---|---|"])
     for f in fields:
-        rows.append(f"| `{prefix}{f['name']}` | {_cell(str(f['type']))} | {_cell(f['default'])} "
-                    f"| {_text(helps.get(f['name'], ''))} |")
+        span = f" {_cell(f['range']) if f.get('range') else ''} |" if ranged else ""
+        rows.append(f"| `{prefix}{f['name']}` | {_cell(str(f['type']))} | {_cell(f['default'])} |{span}"
+                    f" {_text(helps.get(f['name'], ''))} |")
     return [*rows, ""]
 
 

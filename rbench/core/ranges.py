@@ -109,6 +109,20 @@ def numeric_kind(tp: Any) -> tuple[type | None, Range | None]:
     return None, None
 
 
+def type_text(tp: Any) -> str:
+    """An option's type as a reader wants it: the range's base type (``float``, ``int | None``,
+    ``list[int]``), without the ``Annotated`` wrapper (the range is shown on its own)."""
+    origin = get_origin(tp)
+    if origin is Annotated:
+        return type_text(get_args(tp)[0])
+    if origin in (Union, types.UnionType):
+        return "|".join(type_text(a) for a in get_args(tp))
+    if origin in (list, tuple):
+        inner = ",".join("..." if a is Ellipsis else type_text(a) for a in get_args(tp))
+        return f"{origin.__name__}[{inner}]"
+    return "None" if tp is type(None) else getattr(tp, "__name__", str(tp))
+
+
 def problem(value: Any, kind: type, rng: Range | None) -> str | None:
     """What is wrong with ``value`` as an option of ``kind`` (int/float) in ``rng`` ("must be
     ..., got ..."), or None."""

@@ -245,13 +245,26 @@ def resolve_ranker(ranker: Any) -> RankerRef:
 
 
 def ranker_options(cls: type) -> list[dict[str, Any]]:
+    """Each option of ``cls``'s ``Config``: name, type, default and, for a number, its declared
+    range in words (``rbench.core.ranges``; '' when it declares none)."""
+    import typing
+
+    from rbench.core.ranges import numeric_kind, type_text
+
     cfg_cls = getattr(cls, "Config", NoOptions)
+    try:
+        hints = typing.get_type_hints(cfg_cls, include_extras=True)
+    except Exception:  # a plugin's annotation that does not resolve: shown as written
+        hints = {}
     out = []
     for f in dataclasses.fields(cfg_cls):
         default = f.default if f.default is not dataclasses.MISSING else (
             f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
         )
-        out.append({"name": f.name, "type": str(f.type), "default": default})
+        kind, rng = numeric_kind(hints.get(f.name))
+        shown = type_text(hints[f.name]) if kind is not None else str(f.type)
+        out.append({"name": f.name, "type": shown, "default": default,
+                    "range": (rng.text(kind is int) if rng is not None else "") if kind is not None else ""})
     return out
 
 
