@@ -56,10 +56,12 @@ import numpy as np
 
 from rbench.api import Queries, Ragged
 from rbench.core.errors import DataError
+from rbench.core.inputs import iter_text_lines
 
 if TYPE_CHECKING:
     from rbench.engine.evaluate import EvalResult
 
+RUN_LINE_BYTES = 1 << 20  # a run line is 'qid Q0 docid rank score tag': a longer one is not a run file's
 TREC_ID_RULE = "an id in a TREC run or qrels line is non-empty, without spaces, tabs or line breaks"
 _SPACE = re.compile(r"\s")
 
@@ -246,15 +248,6 @@ def run_file_bytes(queries: Queries, pool_ids: Any, result: EvalResult, depth: i
 # --------------------------------------------------------------------------------------------
 
 
-def open_run_text(path: Any) -> Any:
-    """A run file opened as text, gzipped or plain (a regular file only: never a FIFO's hang)."""
-    from rbench.core.inputs import open_regular
-
-    with open_regular(path) as fh:
-        gz = fh.read(2) == b"\x1f\x8b"
-    return gzip.open(path, "rt", encoding="utf-8") if gz else open(path, encoding="utf-8")
-
-
 def read_run(path: Any, query_ids: Any, pool_ids: Any, candidates: np.ndarray | None = None,
              exclude: Ragged | None = None) -> list[dict[int, float]]:
     """Each query's listed candidates (pool index -> score) from the TREC run file ``path``
@@ -272,34 +265,33 @@ def read_run(path: Any, query_ids: Any, pool_ids: Any, candidates: np.ndarray | 
     excluded = [set()] * n if exclude is None else [set(map(int, e)) for e in exclude]
     per: list[dict[int, float]] = [{} for _ in range(n)]
     listed = False  # a line for one of the queries
-    try:
-        with open_run_text(path) as fh:
-            for lineno, line in enumerate(fh, 1):
-                parts = line.split()
-                if not parts:
-                    continue
-                if len(parts) != 6:
-                    raise DataError(f"expected 6 fields 'qid Q0 docid rank score tag', found {len(parts)}", path, lineno)
-                qid, _, doc, _, score, _ = parts
-                if doc not in doc_of:
-                    raise DataError(f"document {doc!r} is not in the task's pool", path, lineno)
-                try:
-                    value = float(score)
-                except ValueError:
-                    raise DataError(f"score {score!r} is not a number", path, lineno) from None
-                if not np.isfinite(value):
-                    raise DataError(f"score {score!r} is not finite", path, lineno)
-                i = row_of.get(qid)
-                if i is None:  # a query not evaluated here (e.g. --max-queries)
-                    continue
-                listed = True
-                d = doc_of[doc]
-                if allowed is not None and d not in allowed[i]:
-                    raise DataError(f"document {doc!r} is not among query {qid!r}'s candidates", path, lineno)
-                if d in per[i]:
-                    raise DataError(f"document {doc!r} appears twice for query {qid!r}", path, lineno)
-                if d not in excluded[i]:
-                    per[i][d] = value
+    try:  # the one reader of text inputs: gzip or plain, BOM and CRLF handled, lines capped
+        for lineno, line in iter_text_lines(path, limit=RUN_LINE_BYTES):
+            parts = line.split()
+            if not parts:
+                continue
+            if len(parts) != 6:
+                raise DataError(f"expected 6 fields 'qid Q0 docid rank score tag', found {len(parts)}", path, lineno)
+            qid, _, doc, _, score, _ = parts
+            if doc not in doc_of:
+                raise DataError(f"document {doc!r} is not in the task's pool", path, lineno)
+            try:
+                value = float(score)
+            except ValueError:
+                raise DataError(f"score {score!r} is not a number", path, lineno) from None
+            if not np.isfinite(value):
+                raise DataError(f"score {score!r} is not finite", path, lineno)
+            i = row_of.get(qid)
+            if i is None:  # a query not evaluated here (e.g. --max-queries)
+                continue
+            listed = True
+            d = doc_of[doc]
+            if allowed is not None and d not in allowed[i]:
+                raise DataError(f"document {doc!r} is not among query {qid!r}'s candidates", path, lineno)
+            if d in per[i]:
+                raise DataError(f"document {doc!r} appears twice for query {qid!r}", path, lineno)
+            if d not in excluded[i]:
+                per[i][d] = value
     except (UnicodeDecodeError, EOFError, gzip.BadGzipFile, OSError) as exc:
         raise DataError(f"cannot read the run file ({type(exc).__name__}: {exc})", path) from exc
     if not listed:
