@@ -177,3 +177,15 @@ def test_run_settings_declare_their_ranges():
         for f in dataclasses.fields(settings):
             kind, rng = numeric_kind(hints[f.name])
             assert kind is None or rng is not None, f"{settings.__name__}.{f.name} declares no Range"
+
+
+@pytest.mark.parametrize("raw,says", [("100001", "at most 100,000 (or 'all'), got 100,001"),
+                                      ("9" * 10_000, "at most 100,000 (or 'all'), got a 10,000-digit number"),
+                                      ("²", "a whole number >= 1 or 'all'")])
+def test_rerank_depth_is_capped(raw, says):
+    from rbench.engine.rerank import MAX_DEPTH, parse_depth
+
+    with pytest.raises(RBenchError) as info:
+        parse_depth(raw, 100)
+    assert says in str(info.value) and len(str(info.value)) < 200
+    assert parse_depth(str(MAX_DEPTH), 100) == MAX_DEPTH and parse_depth("all", 100) is None
