@@ -205,3 +205,22 @@ def test_a_bad_run_file_is_one_line(capsys, tmp_path):
     assert code == 2 and f"{bad}, line 1" in err and "not in the task's pool" in err
     code, _, err = cli(capsys, "run", "-r", f"run:{tmp_path / 'none.run'}", "-t", "ml-100k", "--no-write")
     assert code == 2 and "no such run file" in err
+
+
+def test_rerun_catches_a_record_dressed_in_another_runs_files(capsys, honest, tmp_path):
+    """pop's record given random's per-query file, run file and metrics (all consistent with each
+    other and with the qrels) passes every file check; ``--rerun`` runs pop again and fails it.
+    Bug caught: ``--rerun`` not comparing the new run's metrics with the record's."""
+    res, rec_path = _copy(honest, tmp_path)
+    _write_second(res)
+    (other,) = rec_path.parent.glob("random*.json")
+    theirs = json.loads(other.read_text())
+    # the same folder: pop's record may name random's files as they are
+    _edit(rec_path, **{k: theirs[k] for k in ("metrics", "per_query_file", "per_query_sha256", "run_file",
+                                               "run_sha256")})
+    code, text, _ = cli(capsys, "verify", str(rec_path))
+    assert code == 0 and f"OK {rec_path}" in text  # the files agree: only a rerun can tell
+    code, text, _ = cli(capsys, "verify", "--rerun", str(rec_path))
+    assert code == 1 and "MISMATCH" in text and "rerun: " in text
+    code, text, _ = cli(capsys, "verify", "--rerun", str(other))
+    assert code == 0 and "rerun agrees" in text
