@@ -48,7 +48,10 @@ class Range:
     def text(self, is_int: bool) -> str:
         """The range in words: ``>= 1 and <= 2,147,483,647``, ``in [0, 1)``, ``> 0``."""
         hi = self.upper(is_int)
-        fmt = (lambda v: f"{int(v):,}") if is_int else (lambda v: f"{v:g}")
+
+        def fmt(v: float) -> str:
+            return _number_text(v, is_int)
+
         if self.lo is not None and hi is not None:
             return f"in {'(' if self.lo_open else '['}{fmt(self.lo)}, {fmt(hi)}{')' if self.hi_open else ']'}"
         if self.lo is not None:
@@ -58,8 +61,11 @@ class Range:
         return "finite"
 
     def side(self, value: float, is_int: bool) -> str:
-        """The bound ``value`` crosses, in words: ``at most 100,000``, ``at least 1``, ``> 0``."""
-        fmt = (lambda v: f"{int(v):,}") if is_int else (lambda v: f"{v:g}")
+        """The bound ``value`` crosses, in words: ``at most 100,000``, ``at least 1``, ``above 0``."""
+
+        def fmt(v: float) -> str:
+            return _number_text(v, is_int)
+
         hi = self.upper(is_int)
         if hi is not None and (value >= hi if self.hi_open else value > hi):
             return f"below {fmt(hi)}" if self.hi_open else f"at most {fmt(hi)}"
@@ -74,6 +80,10 @@ class Range:
         if self.lo is not None and (value <= self.lo if self.lo_open else value < self.lo):
             return False
         return not (hi is not None and (value >= hi if self.hi_open else value > hi))
+
+
+def _number_text(v: float, is_int: bool) -> str:
+    return f"{int(v):,}" if is_int else f"{v:g}"
 
 
 # the common ranges, by name (a ranker plugin imports them from rbench.plugin)
@@ -133,9 +143,10 @@ def problem(value: Any, kind: type, rng: Range | None) -> str | None:
     if not math.isfinite(float(value)):
         return f"must be a finite number, got {value!r}"
     rng = rng or Range()
-    if not rng.holds(value, kind is int):
+    number = int(value) if isinstance(value, numbers.Integral) else float(value)
+    if not rng.holds(number, kind is int):
         is_int = kind is int
-        side = rng.side(value, is_int)
+        side = rng.side(number, is_int)
         note = f"; {rng.note}" if rng.note else ""
         return f"must be {side} ({rng.text(is_int)}{note}), got {value!r}"
     return None
