@@ -177,7 +177,6 @@ class GraphRouterRanker(QueryEncodingRouter):
     def fit(self, task: TaskData) -> None:
         import torch
 
-        self.cfg.validate()
         t0 = time.perf_counter()
         cfg = self.cfg
         seed = cfg.seed if cfg.seed is not None else self.context.seed

@@ -378,7 +378,6 @@ class RouterClfRanker(BaseRanker):
     def fit(self, task: TaskData) -> None:
         import torch
 
-        self.cfg.validate()
         t0 = time.perf_counter()
         seed = self.cfg.seed if self.cfg.seed is not None else self.context.seed
         torch.manual_seed(seed)

@@ -12,6 +12,7 @@ torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
 
 from rbench.api import Pool, RunContext  # noqa: E402
+from rbench.core.config import build_config  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
 from rbench.engine.evaluate import evaluate  # noqa: E402
 from rbench_rankers.dense import (  # noqa: E402
@@ -244,4 +245,4 @@ def test_bf16_storage_and_matryoshka_truncation(tiny_bert, tmp_path):
     q = make_queries([[0]])
     assert r.encode_queries(q).shape == (1, 8)
     with pytest.raises(RBenchError, match="truncate_dim"):
-        DenseOptions(truncate_dim=-1).validate()
+        build_config(DenseOptions, {"truncate_dim": "-1"}, "dense")

@@ -306,10 +306,10 @@ def test_a_stage1_run_file_that_is_not_a_regular_file_is_one_line(capsys, tmp_pa
     assert ("FIFO" if kind == "fifo" else "character device") in line and "no such" not in line
     # the reader refuses it too (a file swapped for a FIFO after the check)
     from rbench.core.errors import DataError
-    from rbench.engine.rerank import _open_text
+    from rbench.engine.runfile import read_run
 
     with pytest.raises(DataError, match="regular file"):
-        _open_text(bad)
+        read_run(bad, ["1"], ["a"])
 
 
 # --------------------------------------------------------------------------------------------
