@@ -18,6 +18,7 @@ ranker's data-parallel training), then process 0 alone scores and writes the Run
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import time
@@ -445,7 +446,10 @@ def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | No
 
     rerank_info, dropped = None, {}
     # the engine keeps more than the run file's --topk lines: the tied candidates its lines need (rbench.engine.runfile)
-    wide = dataclasses.replace(plan, topk=run_width(plan.topk, data.test))
+    # (set on a copy, not through ``dataclasses.replace``: the width may pass --topk's user-facing
+    # cap, which ``__post_init__`` checks, and the plan was validated once already)
+    wide = copy.copy(plan)
+    object.__setattr__(wide, "topk", run_width(plan.topk, data.test))
     if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.engine.rerank)
         from rbench.engine import rerank
 

@@ -32,7 +32,7 @@ from tests.helpers import cli, one_line
 from tests.reliability.test_reliability_tables import record, write
 from tests.tasks.test_tasks_imported import beir
 from tests.tasks.test_tasks_recsys import (
-    movie_ratings,
+    distinct_movie_ratings,
     toy_meta_lines,
     toy_reviews,
     write_gz,
@@ -174,7 +174,7 @@ def test_a_hostile_prepared_manifest_is_skipped_not_a_crash(capsys):
 
 
 def test_a_bad_donor_is_left_out_of_a_mixed_pool_with_a_note(capsys, tmp_path):
-    write_ml1m_dat(_raw("rec-movie"), movie_ratings())
+    write_ml1m_dat(_raw("rec-movie"), distinct_movie_ratings())
     rows = toy_reviews()
     toy = _raw("rec-toy")
     write_toy(toy, rows)

@@ -10,7 +10,7 @@ from rbench.core import paths
 from rbench.run.runner import RunOptions, run
 from tests.tasks.test_tasks_passages import qna_records, write_esci, write_qna_parquet
 from tests.tasks.test_tasks_recsys import (
-    movie_ratings,
+    distinct_movie_ratings,
     random_interactions,
     toy_reviews,
     write_atomic_music,
@@ -38,7 +38,7 @@ def _clothing(d):
 
 
 WRITERS = {
-    "rec-movie": lambda d: write_ml1m_dat(d, movie_ratings()),
+    "rec-movie": lambda d: write_ml1m_dat(d, distinct_movie_ratings()),
     "rec-toy": lambda d: write_toy(d, toy_reviews()),
     "rec-clothing": _clothing,
     "rec-music": lambda d: write_atomic_music(d, random_interactions(30, 60, seed=2, lo=3, hi=15), 60),

@@ -106,6 +106,20 @@ def movie_ratings(seed: int = 3) -> list[tuple[str, str, int]]:
     return rows
 
 
+def distinct_movie_ratings(seed: int = 3, n_movies: int = 40) -> list[tuple[str, str, int]]:
+    """As ML-1M: each user rates a movie at most once (movies beyond ``MOVIES`` have no
+    metadata), so no test or validation target is a movie its user had before and the default
+    ``exclude_history=all`` keeps every query. ``movie_ratings`` rates three movies over and over:
+    the repeat-aware protocol's fixture."""
+    rng = random.Random(seed)
+    rows = []
+    for u in range(1, 13):
+        n = 2 if u == 5 else rng.randint(3, 28)  # user 5 has too few ratings
+        for m in rng.sample(range(1, n_movies + 1), n):
+            rows.append((str(u), str(m), 978300000 + rng.randrange(40)))
+    return rows
+
+
 def write_ml1m_dat(d: Path, rows) -> None:
     with open(d / "ratings.dat", "w", encoding="ascii") as fh:
         for u, m, ts in rows:
