@@ -96,7 +96,14 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # SmallListOptions' repr holds negatives_from), so an old record is never reused or
         # compared with a new one; ml-100k (one rating per user-item) keeps its fingerprint and
         # metrics (pop re-run: identical); the rec-music records re-run (TIGER's removed until re-run)
-        "f30a648f67494888c496b6b1101554ca6fd4e5b4eee3db1946db5327d8e084b3"),
+        "f30a648f67494888c496b6b1101554ca6fd4e5b4eee3db1946db5327d8e084b3",
+        # issues 40-42 merged: what a ranker returns is copied into engine-owned arrays before it is
+        # read (same values), the stage-1 cache moved to the harness's own folder, TaskSpec's
+        # pool_from_positives and task.distractors (0 by default: fingerprints unchanged), option
+        # ranges, one text reader for run files and qrels, the run width set on a copy of the
+        # plan: no number moves (rbench verify results/: every record of this data OK; TIGER on
+        # rec-music re-run under item 2's negatives)
+        "a7971ab14a8ba7e288bdee4ada72b2d8283dfc4fd7abc1534cba48ea733c38ce"),
 }
 
 
