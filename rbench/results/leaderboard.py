@@ -330,7 +330,7 @@ def build(results_dir: Path, scenario: str, variant: str | None = None, measures
     labels = _row_labels(newest)
     tasks = _task_order({t for _, t in cells})
     foreign = _foreign_data(records)
-    labels.update({t: f"{t.label} [data: {foreign[t]}]" if t in foreign else t.label for t in tasks})
+    labels.update({t: _with_source(t.label, foreign.get(t)) for t in tasks})
     rows = _row_order({r for r, _ in cells}, labels)
     deltas = {}
     for (row, col), metrics in cells.items():
@@ -340,6 +340,19 @@ def build(results_dir: Path, scenario: str, variant: str | None = None, measures
     disproved = {cell: "; ".join(why) for cell, path in files.items() if (why := file_problems(path, records[cell]))}
     return Leaderboard(scenario, want, tasks, rows, cells, nq, sources, files, records, deltas=deltas, labels=labels,
                        foreign=foreign, measures=shown_extra, disproved=disproved)
+
+
+def _with_source(label: str, source: str | None) -> str:
+    """A column's label with the data it was measured on: ``task [data: NAME]``. A label that
+    already ends in its fingerprint (``task [data 1117736d]``: two versions of the data in one
+    table) takes the name inside the same brackets, ``task [data 1117736d: NAME]``: two bracketed
+    groups side by side read as a Markdown reference link (``[text] [label]``), and the docs
+    site's strict build refused the table."""
+    if not source:
+        return label
+    if label.endswith("]") and " [data " in label:
+        return f"{label[:-1]}: {source}]"
+    return f"{label} [data: {source}]"
 
 
 def _foreign_data(records: dict[Cell, RunRecord]) -> dict[ColumnKey, str]:

@@ -216,3 +216,14 @@ def test_variant_tables_key_on_the_parsed_variant(tmp_path):
     spelled = build(tmp_path, "large", "scaled=1_000")
     assert spelled.tasks == [ColumnKey("ml-100k", Variant("scaled", 1000))] and spelled.variant == "scaled:1000"
 
+
+
+def test_a_column_with_a_fingerprint_and_a_data_name_is_one_bracket_group():
+    """``task [data 1117736d] [data: Last.fm]`` read as a Markdown reference link ([text] [label])
+    and failed the docs site's strict build: the name goes inside the fingerprint's brackets."""
+    from rbench.results.leaderboard import _with_source
+
+    assert _with_source("rec-music [data 1117736d]", "Last.fm") == "rec-music [data 1117736d: Last.fm]"
+    assert _with_source("rec-music", "Last.fm") == "rec-music [data: Last.fm]"
+    assert _with_source("rec-music [data 1117736d]", None) == "rec-music [data 1117736d]"
+    assert "] [" not in _with_source("rec-music (max_queries=20) [data 1117736d]", "Last.fm (hetrec2011)")
