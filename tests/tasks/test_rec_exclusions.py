@@ -20,6 +20,7 @@ from rbench.core.errors import RBenchError
 from rbench.engine.evaluate import validate_queries
 from rbench.tasks.registry import load_task
 from tests.tasks.history_first import HistoryFirst
+from tests.tasks.test_tasks_recsys import write_atomic_music
 
 N_ITEMS = 150
 N_USERS = 400
@@ -59,14 +60,9 @@ def write_rec_movie(seqs: dict[str, list[int]]) -> None:
 
 
 def write_rec_music(seqs: dict[str, list[int]]) -> None:
-    d = paths.raw_dir("rec-music")
-    d.mkdir(parents=True, exist_ok=True)
-    with open(d / "radio.inter", "w", encoding="utf-8") as fh:
-        fh.write("user_id:token\titem_id:token\tweight:float\ttimestamp:float\n")
-        fh.writelines(f"{u}\t{i}\t1\t{t}\n" for u, s in seqs.items() for t, i in enumerate(s))
-    with open(d / "radio.item", "w", encoding="utf-8") as fh:
-        fh.write("item_id:token\tname:token\n")
-        fh.writelines(f"{i}\tBand {i}\n" for i in range(N_ITEMS))
+    """The sequences as a RecBole atomic Last.fm-style dataset, every item in the items file."""
+    rows = [(u, f"i{i}", t) for u, s in seqs.items() for t, i in enumerate(s)]
+    write_atomic_music(paths.raw_dir("rec-music"), rows, N_ITEMS)
 
 
 def per_query_rr(ranker, task: str, **task_options: str) -> tuple[dict[str, float], rbench.RunRecord]:
