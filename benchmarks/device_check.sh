@@ -5,7 +5,7 @@
 # Needs python3 with torch (CUDA), numpy, numba, rich, pytest; rbench is imported from the working
 # tree (PYTHONPATH), not installed. Wheels in .whl/ (platformdirs, pooch, bm25s, psutil) are
 # installed into /tmp/site when present. Everything it prints, and the results, go to $OUT
-# (default /tmp/device_check). Each step has its own timeout: at most about 6 minutes in all.
+# (default /tmp/device_check). Each step has its own timeout: at most about 11 minutes in all.
 # Without CUDA the CUDA tests are skipped and the benchmark measures the CPU sizes: it still ends.
 set -u
 cd "$(dirname "$0")/.."
@@ -61,8 +61,14 @@ step gpu-eval 130 python3 benchmarks/engine_gpu.py --repeats 3 --output "$OUT/en
 [ -d .gpu-carry/tiny-llama ] && step generative 90 python3 benchmarks/device_generative.py .gpu-carry/tiny-llama \
   --out "$OUT/device_generative.md"
 # the other CUDA-marked tests of the rankers (LRanker bf16 + checkpointing, RankLLaMA, cross-encoder)
-step pytest-cuda-rankers 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/rankers/test_lranker_gpu.py \
-  tests/rankers/test_rankllama.py tests/rankers/test_cross_encoder.py tests/rankers/generative/test_backends.py
+step pytest-cuda-rankers 120 python3 -m pytest -q -p no:cacheprovider -m cuda -rA -k "not vllm" \
+  tests/rankers/test_lranker_gpu.py tests/rankers/test_rankllama.py tests/rankers/test_cross_encoder.py \
+  tests/rankers/generative/test_backends.py
+# the vLLM backend against transformers (issue 41), a step of its own: vLLM's engine takes a minute to
+# start. It needs vllm installed on the machine (too large to carry) and SmolLM2's GGUF in
+# ~/.cache/rbench-models (RBENCH_VLLM_TEST_MODEL names another model); -rA prints a skip's reason.
+step vllm-version 60 python3 -c 'import importlib.util as u; s = u.find_spec("vllm"); print("vllm", __import__("vllm").__version__ if s else "is not installed: the vLLM test will skip")'
+step pytest-vllm 300 python3 -m pytest -q -p no:cacheprovider -m cuda -rA -k vllm tests/rankers/generative/test_backends.py
 [ -f "$OUT/engine_gpu.md" ] && cp "$OUT/engine_gpu.md" benchmarks/results/engine_gpu.md
 [ -f "$OUT/device_generative.md" ] && cp "$OUT/device_generative.md" benchmarks/results/device_generative.md
 echo "=== done: status $status; files in $OUT:"
