@@ -14,7 +14,11 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from rbench.core.settings import DEFAULTS, CompareSettings  # light: the run settings' defaults, declared once
+from rbench.core.settings import (  # light: the run settings' defaults, declared once
+    DEFAULT_SEED,
+    DEFAULTS,
+    CompareSettings,
+)
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -128,7 +132,7 @@ def evaluate_many(rankers: Iterable[Any], tasks: Iterable[Any], *, results_dir: 
             for r in list(rankers) for t in list(tasks)]
 
 
-def load_task(name: str, seed: int = 0, **options: Any) -> TaskData:
+def load_task(name: str, seed: int = DEFAULT_SEED, **options: Any) -> TaskData:
     """A task's data (pool, train/valid/test queries) with task options as keyword arguments:
     ``load_task("ml-100k", history_len=10)``."""
     from rbench.tasks.registry import load, resolve
@@ -146,7 +150,7 @@ def list_tasks() -> list[str]:
 
 def list_rankers() -> list[str]:
     """Installed ranker plugins (entry points of the ``rbench.rankers`` group)."""
-    from rbench.engine.plugins import available_rankers
+    from rbench.rankers import available_rankers
 
     return available_rankers()
 
@@ -245,7 +249,7 @@ def table(scenario: str, results_dir: str | Path = "results", variant: str | Non
 def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str | Path = "results",
             scenario: str | None = None, variant: str | None = None, measures: Iterable[str] | None = None,
             test: str = "randomization", correction: str = "holm", alpha: float = 0.05, n_resamples: int = 10000,
-            seed: int = 0) -> Comparison:
+            seed: int = DEFAULT_SEED) -> Comparison:
     """Every pair of runs on ``task``'s column of the leaderboard (the rows ``rbench table``
     shows there; ``rankers``: some of them, by label or by ranker name), tested per measure
     (``test``: "randomization" or "t", two-sided, paired on the same queries) with p-values

@@ -21,6 +21,7 @@ from rbench.core.ranges import AtLeast1, Range, Seed, check_value
 OVERWRITE = ("only-missing", "always", "never")
 SCANS = ("cpu", "cuda", "torch")  # where an embedding ranker's scores are scanned (rbench.engine.torch_scan)
 SCAN_PRECISIONS = ("fp32", "tf32", "bf16")
+DEFAULT_SEED = 0  # every seed default of rbench (runs, tasks, rankers' RunContext, compare): one place
 SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
 MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
 # beyond it the (queries, topk) arrays outgrow memory late in a run, and no one reads such a ranking
@@ -37,7 +38,7 @@ class RunSettings:
     """How a run is carried out (numbers, a path, switches): given in ``RunOptions`` and kept as
     they are in the ``RunPlan`` (nothing in them needs resolving)."""
 
-    seed: Seed = _setting(0, "Seed for sampling, splits and training (0 to 2**32-1).")
+    seed: Seed = _setting(DEFAULT_SEED, "Seed for sampling, splits and training (0 to 2**32-1).")
     # no cap below int64's: a sample at least the test split is a full run (the documented choice)
     max_queries: Annotated[int, Range(1, 2**63 - 1)] | None = _setting(None, "Evaluate a seeded sample of N test queries.")
     results_dir: Path = _setting(Path("results"), "Where RunRecords are written.")
@@ -101,7 +102,7 @@ def check_flags(settings: Any) -> None:
 class CompareSettings:
     """``rbench compare``'s numbers, each range declared once (checked by ``check_flags``)."""
 
-    seed: Seed = _setting(0, "Seed of the randomization test (0 to 2**32-1).")
+    seed: Seed = _setting(DEFAULT_SEED, "Seed of the randomization test (0 to 2**32-1).")
     resamples: Annotated[int, Range(1, MAX_RESAMPLES)] = _setting(
         10_000, f"Sign flips of the randomization test (1 to {MAX_RESAMPLES:,}).")
     alpha: Annotated[float, Range(0, 1, lo_open=True, hi_open=True)] = _setting(

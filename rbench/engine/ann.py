@@ -15,11 +15,12 @@ from typing import Any
 import numpy as np
 
 from rbench.core.errors import RBenchError
+from rbench.core.settings import DEFAULT_SEED
 
 BACKENDS = ("flat", "ivf", "hnsw", "pq")
 
 
-def build_index(emb: np.ndarray, backend: str, seed: int = 0) -> Any:
+def build_index(emb: np.ndarray, backend: str, seed: int = DEFAULT_SEED) -> Any:
     try:
         import faiss
     except ImportError as exc:
@@ -65,7 +66,7 @@ def exact_topk(emb: np.ndarray, query_vectors: np.ndarray, k: int, chunk: int = 
 
 
 def measure(emb: np.ndarray, query_vectors: np.ndarray, positives: list[np.ndarray], backend: str,
-            k: int = 100, seed: int = 0) -> dict[str, Any]:
+            k: int = 100, seed: int = DEFAULT_SEED) -> dict[str, Any]:
     """Recall of the approximate top-k against the exact top-k of the same vectors (no
     exclusions on either side), plus how often each query's positives are in the ANN top-k."""
     k = min(k, emb.shape[0])

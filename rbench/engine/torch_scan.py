@@ -64,6 +64,7 @@ import numpy as np
 
 from rbench.api import Queries, Ragged
 from rbench.core.errors import RankerOutputError
+from rbench.core.settings import DEFAULTS
 from rbench.engine.evaluate import EvalResult, validate_queries
 from rbench.engine.scorers import checked_query_vectors
 
@@ -86,11 +87,11 @@ def evaluate_dense_torch(
     query_vectors: Any,
     queries: Queries,
     *,
-    topk: int = 100,
-    chunk_size: int = 65536,
-    batch_size: int = 1024,
+    topk: int = DEFAULTS.topk,
+    chunk_size: int = DEFAULTS.chunk_size,
+    batch_size: int = DEFAULTS.batch_size,
     device: str = "cuda",
-    precision: str = "fp32",
+    precision: str = DEFAULTS.scan_precision,
     unlabelled_rows: bool = False,
     check_finite: bool = True,
     name: str = "dense",

@@ -23,6 +23,7 @@ import numpy as np
 from rbench.core.errors import RBenchError, unknown
 from rbench.core.markdown import row as md_row
 from rbench.core.measures import parse_measure
+from rbench.core.settings import DEFAULT_SEED
 from rbench.results.paired import CORRECTIONS, TESTS, Effect, adjust, effect, p_value
 
 if TYPE_CHECKING:
@@ -92,7 +93,7 @@ class Comparison:
     correction: str = "holm"
     alpha: float = 0.05
     n_resamples: int = 10000
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -325,7 +326,7 @@ def check_options(test: str, correction: str, alpha: float) -> None:
 
 def compare_frames(runs: Mapping[str, pd.DataFrame], measures: Sequence[str] = DEFAULT_MEASURES, *, task: str = "",
                    test: str = "randomization", correction: str = "holm", alpha: float = 0.05,
-                   n_resamples: int = 10000, seed: int = 0) -> Comparison:
+                   n_resamples: int = 10000, seed: int = DEFAULT_SEED) -> Comparison:
     """Test every pair of ``runs`` (name -> per-query frame: query_id and one column per measure)
     on each measure; corrections run over the pairs of one measure."""
     check_options(test, correction, alpha)

@@ -15,6 +15,7 @@ import numpy as np
 from numpy.typing import ArrayLike, NDArray
 
 from rbench.core.errors import RBenchError, unknown
+from rbench.core.settings import DEFAULT_SEED
 from rbench.results.significance import paired_randomization
 
 TESTS = {"randomization": "two-sided paired randomization test", "t": "two-sided paired t-test"}
@@ -77,7 +78,7 @@ def effect(a: ArrayLike, b: ArrayLike, confidence: float = 0.95) -> Effect:
 
 
 def p_value(a: ArrayLike, b: ArrayLike, test: str = "randomization", n_resamples: int = 10000,
-            seed: int = 0) -> float:
+            seed: int = DEFAULT_SEED) -> float:
     """The two-sided p-value of ``test`` ("randomization": sign flips; "t": paired t-test)."""
     if test == "randomization":
         _differences(a, b)  # the shapes checked

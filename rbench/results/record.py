@@ -46,6 +46,7 @@ from rbench.core.errors import DataError, RBenchError, write_failure
 from rbench.core.hashing import canonical_json
 from rbench.core.inputs import read_capped, read_json, size_text
 from rbench.core.protocol import PROTOCOL_VERSION
+from rbench.core.settings import DEFAULT_SEED
 from rbench.engine.metrics import TIE_RULE
 from rbench.tasks.pools import Variant, parse_variant
 
@@ -89,7 +90,7 @@ class ColumnKey:
     variant: Variant = Variant("original")
     options: str = ""  # the non-default task options as sorted JSON
     max_queries: int | None = None
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     fingerprint: str = ""  # set (by a leaderboard) where runs of this test set differ in their data
 
     @property

@@ -9,8 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from rbench.core.settings import DEFAULT_SEED
 
-def paired_randomization(a: np.ndarray, b: np.ndarray, n_resamples: int = 10000, seed: int = 0,
+
+def paired_randomization(a: np.ndarray, b: np.ndarray, n_resamples: int = 10000, seed: int = DEFAULT_SEED,
                          block: int = 500) -> float:
     """p-value of the mean of ``a - b`` being 0 (aligned per-query values)."""
     d = np.asarray(a, dtype=np.float64) - np.asarray(b, dtype=np.float64)

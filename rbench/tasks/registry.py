@@ -22,6 +22,7 @@ from typing import Any
 from rbench.api import Pool, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import RBenchError, unknown
+from rbench.core.settings import DEFAULT_SEED
 from rbench.tasks.families import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
 from rbench.tasks.sources import DataSource, read_provenance
@@ -132,7 +133,7 @@ def task_options(task: str | TaskSpec | Task, overrides: dict[str, Any] | None) 
     return resolve(task).options(overrides)
 
 
-def load(task: Task, options: Any, seed: int = 0) -> TaskData:
+def load(task: Task, options: Any, seed: int = DEFAULT_SEED) -> TaskData:
     """Load a resolved task with its typed options (original pool; variants: ``rbench.tasks.pools``)."""
     present, detail = task.status()
     if not present:
@@ -156,7 +157,7 @@ def data_source(task: Task) -> DataSource:
     return read_provenance(paths.raw_dir(task.name))
 
 
-def load_task(name: str | TaskSpec | Task, options: dict[str, Any] | None = None, seed: int = 0) -> TaskData:
+def load_task(name: str | TaskSpec | Task, options: dict[str, Any] | None = None, seed: int = DEFAULT_SEED) -> TaskData:
     """Resolve, build options from ``--set task.*`` overrides, and load."""
     task = resolve(name)
     return load(task, task.options(options), seed)

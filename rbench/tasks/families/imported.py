@@ -78,6 +78,7 @@ from rbench.core.atomic import atomic_dir, remove_stale
 from rbench.core.errors import DataError, RBenchError
 from rbench.core.hashing import file_sha256 as _sha256
 from rbench.core.inputs import read_json, require_regular
+from rbench.core.settings import DEFAULT_SEED
 from rbench.engine.runfile import TREC_ID_RULE, is_trec_id
 from rbench.tasks.building import (
     QueryTable,
@@ -532,7 +533,7 @@ def _split(data: BeirData, rows: list[int], where: Path, seed: int,
                         "collection)", where) from None
 
 
-def load_imported(spec: TaskSpec, options: Any = None, seed: int = 0) -> TaskData:
+def load_imported(spec: TaskSpec, options: Any = None, seed: int = DEFAULT_SEED) -> TaskData:
     d, files = _task_files(spec)
     if not files:
         raise DataError("no readable task.json: re-import the task", d / "task.json")

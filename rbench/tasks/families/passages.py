@@ -80,6 +80,7 @@ import pandas as pd
 from rbench.api import Pool, Ragged, RemoteFile, Source, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
+from rbench.core.settings import DEFAULT_SEED
 from rbench.tasks.building import (
     TREC_QRELS,
     QueryTable,
@@ -560,7 +561,7 @@ def load_msmarco_tsv(spec: TaskSpec, opts: PassageOptions, seed: int, d: Path) -
     return data
 
 
-def load_msmarco(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> TaskData:
+def load_msmarco(spec: TaskSpec, options: PassageOptions | None, seed: int = DEFAULT_SEED) -> TaskData:
     opts = options or PassageOptions()
     found = _msmarco_dir(spec, opts.layout)
     if found is None:
@@ -664,7 +665,7 @@ def read_esci_products(path: Path, ids: np.ndarray, bullet_chars: int) -> np.nda
                       dtype=object)
 
 
-def load_esci(spec: TaskSpec, options: PassageOptions | None, seed: int = 0) -> TaskData:
+def load_esci(spec: TaskSpec, options: PassageOptions | None, seed: int = DEFAULT_SEED) -> TaskData:
     opts = options or PassageOptions()
     if opts.layout != "auto":
         raise RBenchError("task.layout applies to msmarco only")

@@ -63,6 +63,7 @@ from rbench.api import Pool, Queries, RemoteFile, Source, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError, did_you_mean
 from rbench.core.inputs import read_json, text_reader
+from rbench.core.settings import DEFAULT_SEED
 from rbench.tasks.building import QueryTable, assemble, locate, not_present, split_labels
 from rbench.tasks.family import TaskFamily
 
@@ -240,7 +241,7 @@ def _codes(values: list[Any]) -> tuple[np.ndarray, list[Any]]:
     return codes, list(index)
 
 
-def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = 0) -> TaskData:
+def load_routing(spec: TaskSpec, options: RoutingOptions | None, seed: int = DEFAULT_SEED) -> TaskData:
     opts = options or RoutingOptions()
     d = _data_dir(spec)
     if d is None:

@@ -15,6 +15,7 @@ import pyarrow as pa
 
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core.errors import DataError, RBenchError
+from rbench.core.settings import DEFAULT_SEED
 from rbench.tasks.building import fingerprint, seeded_rng
 from rbench.tasks.text_columns import HistoryTexts, take_texts
 
@@ -334,7 +335,7 @@ def small_lists(rng: np.random.Generator, rows: np.ndarray, positives: np.ndarra
 
 
 def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalogue, options: Options | None,
-                     source: str = "", *, compact: bool = False, seed: int = 0,
+                     source: str = "", *, compact: bool = False, seed: int = DEFAULT_SEED,
                      info: dict[str, Any] | None = None) -> TaskData:
     """Apply the protocol to coded interactions. ``compact``: the pool is the items left in the
     interactions after de-duplication and ``k_core`` (Amazon tasks), not the whole catalogue."""
@@ -452,7 +453,7 @@ def build_from_codes(spec: TaskSpec, inter: CodedInteractions, catalogue: Catalo
 
 def build_sequential_task(spec: TaskSpec, inter: pd.DataFrame, items: pd.DataFrame,
                           options: Options | None = None, source: str = "", *,
-                          catalogue: Literal["all", "interacted"] = "all", seed: int = 0,
+                          catalogue: Literal["all", "interacted"] = "all", seed: int = DEFAULT_SEED,
                           info: dict[str, Any] | None = None) -> TaskData:
     """Apply the protocol above to interactions (user, item, ts) and item metadata."""
     if len(inter) == 0:
