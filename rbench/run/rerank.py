@@ -117,7 +117,7 @@ def make_rerank_plan(rerank_from: str | None, rerank_depth: Any, first_sets: dic
                      domain: str, force: bool = False, pair_budget: int = PAIR_BUDGET) -> RerankPlan | None:
     """Resolve the rerank options (None: an ordinary run). Unknown rankers, missing run files and
     bad depths fail here, before any data is loaded."""
-    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_config
+    from rbench.rankers import available_rankers, load_ranker_class, ranker_config
 
     if rerank_from is None:
         if rerank_depth is not None:
@@ -157,7 +157,7 @@ def identity(rp: RerankPlan, context: Any = None, sha256: str = "") -> dict[str,
         out["run_sha256"] = sha256
     else:
         from rbench.core.config import non_default, plain_config
-        from rbench.engine.plugins import default_config
+        from rbench.rankers import default_config
 
         cfg = rp.ranker_cls(config=rp.ranker_config, context=context).config  # type: ignore[misc]
         diff = non_default(plain_config(cfg), plain_config(default_config(rp.ranker_cls, context)))
