@@ -235,8 +235,8 @@ def breakdown(ranker: Any, queries: Any, pool: Any, topk: int) -> dict:
 def ml100k_rows(rounds: int, topk: int) -> list[tuple[str, dict]]:
     from rbench.api import RunContext
     from rbench.core import paths
-    from rbench.engine.plugins import resolve_ranker
     from rbench.public import load_task
+    from rbench.rankers import resolve_ranker
 
     data = load_task("ml-100k")
     out = []

@@ -78,7 +78,7 @@ def check(label: str, model: str, data, args: argparse.Namespace, work: Path) ->
     import torch
 
     from rbench.api import RunContext
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     cuda = torch.cuda.is_available() and (args.device or "cuda").startswith("cuda")
     ranker = make_ranker("lranker", options(model, args),

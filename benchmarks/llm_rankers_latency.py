@@ -82,7 +82,7 @@ def measure(key: str, args, console) -> dict:
     import rbench
     from rbench.api import RunContext
     from rbench.core import paths
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     name, options, paper, slow = RANKERS[key]
     n = min(args.queries, args.slow_queries) if slow else args.queries

@@ -145,7 +145,7 @@ def main(argv: list[str] | None = None) -> int:
     from rbench.core import paths
     from rbench.core.config import parse_assignments
     from rbench.core.console import console as make_console
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
     from rbench.tasks.registry import load_task
     from rbench_rankers.lranker.prefix import supports_prefix_cache
 

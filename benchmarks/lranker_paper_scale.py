@@ -219,7 +219,7 @@ def clothing_lengths(n_users: int, rng: np.random.Generator) -> np.ndarray:
 
 def make_lranker(model_dir: Path, sets: dict, seed: int, cache: Path):
     from rbench.api import RunContext
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     return make_ranker("lranker", {"model": str(model_dir), **sets}, RunContext(cache_dir=cache, seed=seed,
                                                                                  show_progress=False))

@@ -60,7 +60,7 @@ def run_setting(data, sets: dict, workers: int, steps: int, warmup: int, seed: i
 
     from rbench.api import RunContext
     from rbench.core import paths
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
     from rbench_rankers.lranker.train import train
 
     ranker = make_ranker("lranker", {**sets, "loader_workers": workers}, RunContext(cache_dir=paths.cache_dir(), seed=seed))

@@ -119,7 +119,7 @@ def main() -> None:
     from rich.table import Table
 
     from rbench.core.console import console as make_console
-    from rbench.engine.plugins import ranker_config
+    from rbench.rankers import ranker_config
     from rbench_rankers.cross_encoder import CrossEncoderRanker
     from rbench_rankers.rankllama import RankLlamaRanker
     torch.set_num_threads(args.threads)

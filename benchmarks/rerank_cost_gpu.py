@@ -82,7 +82,7 @@ TINY = dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermed
 def save_lengths(out: Path, pairs: int, msmarco: bool) -> None:
     from benchmarks.rerank_cost import SMOLLM, real_pairs
     from rbench.core.atomic import atomic_write_text
-    from rbench.engine.plugins import ranker_config
+    from rbench.rankers import ranker_config
     from rbench_rankers.cross_encoder import CrossEncoderRanker
     from rbench_rankers.rankllama import RankLlamaRanker
 

@@ -205,7 +205,7 @@ class PairRanker(BaseRanker):
     (query text, candidate text) pair of 1-D shared or 2-D per-query candidates and hands them to
     ``score_pairs``. ``pairwise = True`` tells the harness the ranker scores pair by pair."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.api)
 
     pairwise = True
     transfers = True  # fit (if any) tunes a text pair scorer on fit_pool's texts

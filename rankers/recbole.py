@@ -435,7 +435,7 @@ def match_to_fit(pool: Pool, fit_index: dict[str, int], task_name: str) -> np.nd
 class RecBoleRanker(BaseRanker):
     """A RecBole model trained on the task's training split, scored by inner product."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.api)
 
     name = "recbole"
     transfers = False  # learned embeddings of the training pool's item ids

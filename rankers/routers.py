@@ -202,7 +202,7 @@ class QueryEncodingRouter(BaseRanker):
     """Base of the routers that embed query texts: one lazily loaded ``TextEncoder`` built from
     the options ``model``, ``max_length``, ``batch_size`` and ``device``."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.api)
 
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:
         super().__init__(config, context)
@@ -319,7 +319,7 @@ class RouterClfRanker(BaseRanker):
     """RouterBERT (RouteLLM's BERT classifier): an encoder fine-tuned as an N-way classifier of the
     best LLM; score = logit. The epoch with the best valid MRR is kept."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.api)
 
     name = "router-clf"
     transfers = False  # one class per training-pool LLM

@@ -13,10 +13,13 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
+
+from rbench.core.config import config_dict
+from rbench.core.settings import DEFAULT_SEED
 
 # --------------------------------------------------------------------------------------------
 # What a task is (declarative, like MTEB's TaskMetadata)
@@ -421,7 +424,7 @@ class TaskData:
 
 @runtime_checkable
 class Ranker(Protocol):
-    """What every ranker plugin provides.
+    """What every ranker plugin provides (the required part of the contract).
 
     ``score(queries, candidates)``: ``candidates`` is either a 1-D array of pool indices shared by
     all queries (returns shape (n_queries, len(candidates))) or a 2-D array with one row of pool
@@ -430,10 +433,9 @@ class Ranker(Protocol):
     What a ranker sees (docs/contract.md): ``fit`` gets ``TaskData.for_fit`` (train/valid with
     labels, the evaluated split ``Queries.unlabelled``, private read-only copies); ``index`` gets
     ``Pool.for_ranker``; ``score`` gets each batch's ``Queries.unlabelled`` and a read-only copy of
-    ``candidates``. Optional class attributes: ``set_dependent = True`` (scores depend on which
-    candidates share the call: the engine scores each query's whole list in one call) and
-    ``score_tolerance`` (relative; how far one pair's scores from two calls may differ, else 0:
-    the engine's consistency check compares them bit for bit).
+    ``candidates``. What else the harness may read from a ranker, and the default when a ranker
+    leaves it out, is ``RankerTraits``: nothing outside these protocols (``RANKER_ATTRIBUTES``;
+    ``tests/test_ranker_contract.py`` holds the harness to it).
     """
 
     name: str
@@ -471,10 +473,161 @@ class EmbeddingRanker(Protocol):
     def encode_queries(self, queries: Queries) -> NDArray[Any]: ...
 
 
+class RankerTraits(Protocol):
+    """The optional part of the contract: every other attribute the harness reads from a ranker
+    class or object, each with the default the harness assumes when a ranker leaves it out
+    (``BaseRanker`` declares those defaults, so a subclass sets only what differs). A ranker is
+    built as ``cls(config=..., context=RunContext(...))``, with whichever of the two its
+    ``__init__`` takes (none: ``cls()``).
+
+    Adding an attribute the harness reads means declaring it here first (docs/development.md);
+    ``tests/test_ranker_contract.py`` fails on a read of anything that is not declared.
+    """
+
+    description: ClassVar[str]
+    """One line for ``rbench rankers`` and the docs (default: the class docstring's first line)."""
+    domains: ClassVar[tuple[str, ...]]
+    """The task domains the ranker applies to; a run on another domain is refused (default: all)."""
+    Config: ClassVar[type]
+    """The typed options: a dataclass whose defaults are the paper's settings; ``--set KEY=VALUE``
+    sets its fields (default: ``NoOptions``, no options)."""
+    presets: ClassVar[dict[str, dict[str, Any]]]
+    """Named option sets (``--set model=NAME``), shown by ``rbench rankers`` (default: none)."""
+    transfers: ClassVar[bool]
+    """Whether what ``fit`` learns still means something on another task's pool, so the ranker
+    may be fitted on one task and scored on another (``--variant from-TASK``; default False:
+    refused; see ``BaseRanker``)."""
+    set_dependent: ClassVar[bool]
+    """Scores depend on which candidates share the call (listwise, pairwise, a softmax over the
+    call): the engine scores each query's whole list in one call (default False)."""
+    score_tolerance: ClassVar[float]
+    """How far (relative) one pair's scores from two calls may differ before the engine's
+    consistency check fails (default 0: bit for bit; ``FLOAT32_KERNELS`` for torch fp32 GEMMs)."""
+    pairwise: ClassVar[bool]
+    """The ranker scores (query, candidate) pairs one by one, too slowly for a whole pool: it is
+    listed as a reranker (``--rerank-from``) (default False)."""
+    rerank_depth: ClassVar[int]
+    """How many first-stage candidates it reranks when ``--rerank-depth`` is not given (default:
+    ``rbench.engine.rerank.DEFAULT_DEPTH``)."""
+
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        """Whether ``fit`` with these options learns from the train split (default: whether the
+        class has a ``fit`` other than ``BaseRanker``'s); a test-only task refuses it."""
+        ...
+
+    @classmethod
+    def prompt_example(cls, domain: str = "passage") -> Any:
+        """A generative ranker's prompt on a two-candidate example (chat messages), shown by
+        ``rbench rankers`` (default: none)."""
+        ...
+
+    cfg: Any
+    """A built object's typed options (its ``Config`` instance), read when a ready-made object is
+    handed to ``rbench.evaluate`` (default: none; its ``config`` is then all there is)."""
+
+    @property
+    def label(self) -> str:
+        """A name for this configuration in records and tables, beside ``name`` (default: none)."""
+        ...
+
+    @property
+    def info(self) -> dict[str, Any]:
+        """What the ranker reports about its run (kept in the record's ``ranker_info``; default:
+        empty)."""
+        ...
+
+
+def _members(proto: type) -> set[str]:
+    """The names a protocol declares: its annotations and its methods/properties."""
+    names: set[str] = set()
+    for klass in proto.__mro__:
+        if klass in (object, Protocol) or klass.__module__ == "typing":
+            continue
+        names |= set(getattr(klass, "__annotations__", {}))
+        names |= {n for n in vars(klass) if not n.startswith("_")}
+    return names
+
+
+RANKER_ATTRIBUTES: frozenset[str] = frozenset(
+    _members(Ranker) | _members(EmbeddingRanker) | _members(RankerTraits) | {"__init__"})
+"""Every attribute the harness may read from a ranker class or object: the contract, declared once."""
+
+
+# --------------------------------------------------------------------------------------------
+# The base class of the contract: its defaults, typed options, no-op fit/index
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass
+class NoOptions:
+    """Options of a ranker that has none."""
+
+
+FLOAT32_KERNELS = 1e-5  # ``score_tolerance`` of torch models: fp32 GEMMs whose blocking follows the batch's
+# shape give one pair scores a few ulps apart in calls of different sizes (measured: <= 3e-7 relative)
+
+
 @dataclass
 class RunContext:
     """What the harness hands a ranker at construction: where to cache, which seed, progress."""
 
     cache_dir: Path
-    seed: int = 0
+    seed: int = DEFAULT_SEED
     show_progress: bool = True
+
+
+class BaseRanker:
+    """Convenience base: typed options (``Config``), metadata, no-op ``fit``/``index``, and the
+    defaults of every ``RankerTraits`` attribute a subclass leaves alone.
+
+    Subclasses set ``name``, ``version``, ``Config`` (a dataclass whose defaults are the paper's
+    settings), ``domains`` (the task domains the ranker applies to) and ``transfers``.
+
+    ``transfers``: whether what ``fit`` learns still means something on another task's pool, so
+    that the ranker may be fitted on one task and scored on another (``--variant from-<task>``,
+    the paper's zero-shot table). The rule: True when the fitted state reads candidates only
+    through their text (zero-shot rankers such as bm25, random, dense; text encoders fine-tuned
+    on the source, such as lranker, cross-encoder, rankllama; tiger, whose semantic IDs come from
+    text embeddings through its fitted quantiser); False when it is keyed on the training pool's
+    own items or labels (learned item embeddings of the RecBole family, popularity counts, a
+    router's per-model classes), which another pool does not have. False is the default, so a
+    plugin that says nothing is refused rather than scored on items it never saw.
+    """
+
+    name: ClassVar[str] = ""
+    version: ClassVar[str] = "0"
+    description: ClassVar[str] = ""
+    Config: ClassVar[type] = NoOptions
+    domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
+    transfers: ClassVar[bool] = False
+    # the engine's contract on scores (rbench.engine.evaluate.evaluate): ``set_dependent`` rankers (listwise,
+    # pairwise, a softmax over the call) get each query's whole list in one call; the others'
+    # scores of one pair must agree between calls within ``score_tolerance`` (relative; 0: bit for bit)
+    set_dependent: ClassVar[bool] = False
+    score_tolerance: ClassVar[float] = 0.0
+    pairwise: ClassVar[bool] = False
+
+    def __init__(self, config: Any | None = None, context: RunContext | None = None) -> None:
+        self.cfg = config if config is not None else self.Config()
+        self.context = context or RunContext(cache_dir=Path(".rbench-cache"), seed=DEFAULT_SEED)
+
+    @property
+    def config(self) -> dict[str, Any]:
+        return config_dict(self.cfg)
+
+    @classmethod
+    def needs_training(cls, config: Any) -> bool:
+        """Whether ``fit`` with these typed options learns from the train split, so that a task
+        with a test split only (a zero-shot collection: ``TaskFamily.test_only``) leaves it nothing
+        to learn from: the runner refuses it there before loading, naming ``--variant from-TASK``
+        (fit on another task). Default: True when the class overrides ``fit``, so a plugin that
+        says nothing is refused rather than fitted on nothing; a ranker whose fit learns nothing
+        (bm25, dense, random) or only a floor's statistics (pop) returns False."""
+        return getattr(cls, "fit", None) is not BaseRanker.fit
+
+    def fit(self, task: Any) -> None:  # zero-shot rankers learn nothing
+        return None
+
+    def index(self, pool: Any) -> None:
+        return None

@@ -23,6 +23,7 @@ a plugin. ``tests/test_imports.py`` holds the built-in rankers to that rule.
 
 from __future__ import annotations
 
+from rbench.api import FLOAT32_KERNELS, BaseRanker, NoOptions
 from rbench.core.atomic import atomic_dir, atomic_path, atomic_write_text
 from rbench.core.config import PresetOptions, config_hash
 from rbench.core.errors import RBenchError
@@ -32,7 +33,6 @@ from rbench.core.ranges import AtLeast0, AtLeast1, DropoutRate, Fraction, NonNeg
 from rbench.engine.embeddings import pool_embeddings
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
-from rbench.engine.plugins import FLOAT32_KERNELS, BaseRanker, NoOptions
 from rbench.engine.scorers import Scorer, ranker_scorer, vector_scorer
 from rbench.results.significance import paired_randomization
 from rbench.tasks.families.routing import routing_outcomes

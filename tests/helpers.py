@@ -9,8 +9,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import numpy as np
 
-from rbench.api import Pool, Queries, Ragged
-from rbench.engine.plugins import BaseRanker
+from rbench.api import BaseRanker, Pool, Queries, Ragged
 
 
 def make_pool(n: int, prefix: str = "d") -> Pool:

@@ -67,7 +67,7 @@ def test_a_task_page_says_whether_its_pool_is_built_from_positives(site):
 
 
 def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
-    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
+    from rbench.rankers import available_rankers, load_ranker_class, ranker_options
 
     page = site / "rankers" / "bm25" / "index.html"
     text = _text(page)

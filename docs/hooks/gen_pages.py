@@ -221,7 +221,7 @@ def _tasks_index() -> str:
 @lru_cache(maxsize=1)
 def _rankers() -> list[tuple[str, str, str]]:
     """(name, one-line description, page text) for every installed ranker plugin."""
-    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
+    from rbench.rankers import available_rankers, load_ranker_class, ranker_options
 
     pages = []
     for name in available_rankers():

@@ -141,7 +141,7 @@ def _sha(*parts: Any) -> str:
 class TigerRanker(BaseRanker):
     """TIGER: semantic IDs + a T5 that generates the next item's ID; exact pool scoring."""
 
-    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.engine.plugins)
+    score_tolerance = FLOAT32_KERNELS  # torch fp32 kernels (rbench.api)
     # a per-query list is decoded through a code tree of that list's items (and beam mode, above
     # exact_max_items, prunes by the others), so a candidate's score may depend on the others in
     # the call: the engine scores each query's whole list in one call

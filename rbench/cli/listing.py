@@ -87,7 +87,7 @@ def _protocol_doc(spec) -> str:
 
 def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """List the installed ranker plugins (entry-point group ``rbench.rankers``) and their options."""
-    from rbench.engine.plugins import available_rankers, load_ranker_class, ranker_options
+    from rbench.rankers import available_rankers, load_ranker_class, ranker_options
 
     rows = []
     for name in available_rankers():

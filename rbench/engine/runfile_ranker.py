@@ -25,9 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from rbench.api import Queries, TaskData
+from rbench.api import BaseRanker, Queries, TaskData
 from rbench.core.errors import RBenchError
-from rbench.engine.plugins import BaseRanker
 
 RUN_RANKER_PREFIX = "run:"
 MISSING_RULE = ("candidates the file does not list rank after every listed one, tied; a positive among them "

@@ -281,8 +281,8 @@ def _rerun_spec(record: RunRecord) -> tuple[str | None, str]:
 def rerun_check(record: RunRecord, data: TaskData) -> tuple[str, str]:
     """(status, why) of running the record's ranker again (module doc)."""
     from rbench.core.hashing import source_digest
-    from rbench.engine.plugins import resolve_ranker
     from rbench.public import run_outcome
+    from rbench.rankers import resolve_ranker
 
     spec, why = _rerun_spec(record)
     if spec is None:

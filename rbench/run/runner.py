@@ -30,7 +30,7 @@ from typing import Any
 
 import numpy as np
 
-from rbench.api import RunContext, TaskData, TaskSpec
+from rbench.api import NoOptions, RunContext, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.atomic import remove_stale
 from rbench.core.config import config_dict, config_hash, non_default, plain_config
@@ -42,17 +42,10 @@ from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
 from rbench.engine.evaluate import EvalResult, evaluate, require_one_call
 from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
-from rbench.engine.plugins import (
-    NoOptions,
-    build_ranker,
-    default_config,
-    needs_training,
-    ranker_config,
-    resolve_ranker,
-)
 from rbench.engine.rerank import RerankPlan
 from rbench.engine.runfile import run_file_bytes, run_width
 from rbench.engine.scorers import encode_pool, encode_queries, is_embedding_ranker, vector_scorer
+from rbench.rankers import build_ranker, default_config, needs_training, ranker_config, resolve_ranker
 from rbench.results.record import (
     RunRecord,
     ensure_writable,

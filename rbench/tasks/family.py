@@ -38,7 +38,7 @@ class TaskFamily:
     def test_only(self, spec: TaskSpec, options: Any) -> bool:
         """Whether the task with these options has a test split only (every query evaluated, no
         train split: a zero-shot collection), known before loading: the runner then refuses a
-        ranker that needs training data (``rbench.engine.plugins.needs_training``)."""
+        ranker that needs training data (``rbench.rankers.needs_training``)."""
         return False
 
     def inputs(self, spec: TaskSpec) -> list[Path]:

@@ -45,7 +45,7 @@ test queries, exclusions, untouched), the fit side is another task's (``train``,
 ``train_pool``, ``train_spec`` from the source, loaded by the runner with its default options and
 the run's seed). ``transfer`` only joins the two; which source is allowed (a known task of the
 same domain, not the task itself) and which rankers may be scored that way (``transfers`` on the
-ranker class, ``rbench.engine.plugins.BaseRanker``) is decided when the run is planned
+ranker class, ``rbench.api.BaseRanker``) is decided when the run is planned
 (``rbench.run.runner.make_plan``). ``info`` names the source and its fingerprint, and sets
 ``original_fingerprint`` to the task's own pool, so a ``from-<source>`` table's Δ is the change
 against the same ranker trained on the task itself.

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 import numpy as np
 import pytest
 
+from rbench import rankers as plugins
+from rbench.api import BaseRanker
 from rbench.cli.app import main
-from rbench.engine import plugins
-from rbench.engine.plugins import BaseRanker
 
 
 @dataclass

@@ -17,7 +17,7 @@ import pytest
 from rbench.core.config import build_config
 from rbench.core.errors import RBenchError
 from rbench.core.ranges import INT_CAP, Range, check_value, numeric_kind
-from rbench.engine.plugins import available_rankers, load_ranker_class
+from rbench.rankers import available_rankers, load_ranker_class
 from tests.helpers import cli, one_line
 
 

@@ -74,7 +74,7 @@ class _HashEmbed:
 
 
 def test_run_with_ann_keeps_exact_metrics(monkeypatch, tmp_path):
-    from rbench.engine import plugins
+    from rbench import rankers as plugins
     from rbench.run.runner import RunOptions, run
 
     class EP:

@@ -185,8 +185,8 @@ def test_run_with_ray_shards_gives_the_single_process_record(monkeypatch, tmp_pa
 
     if importlib.util.find_spec("recbole") is None:  # the distributed environment has no ml-100k
         pytest.skip("ml-100k ships inside recbole (the recsys environment)")
+    from rbench import rankers as plugins
     from rbench.core.errors import RBenchError
-    from rbench.engine import plugins
     from rbench.run.runner import RunOptions, run
     from tests.engine.test_ann import _HashEmbed
 

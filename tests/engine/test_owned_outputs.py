@@ -13,9 +13,9 @@ import numpy as np
 import pytest
 
 import rbench
+from rbench.api import BaseRanker
 from rbench.core.errors import RankerOutputError
 from rbench.engine.evaluate import evaluate
-from rbench.engine.plugins import BaseRanker
 from tests.helpers import make_pool, make_queries
 
 

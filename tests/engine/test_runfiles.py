@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rbench.engine import plugins
+from rbench import rankers as plugins
 from rbench.results.record import RUN_SUFFIX, read_record
 from rbench.run.runner import RunOptions, run
 from tests.helpers import cli

@@ -11,7 +11,7 @@ import pytest
 
 from rbench.api import Pool, Queries, Ragged
 from rbench.core.errors import RBenchError
-from rbench.engine.plugins import load_ranker_class, make_ranker
+from rbench.rankers import load_ranker_class, make_ranker
 from rbench_rankers.bm25 import BM25Options, BM25Ranker, idf_weights
 from rbench_rankers.text import ENGLISH_STOPWORDS, Tokenizer
 

@@ -10,7 +10,7 @@ pytest.importorskip("sentence_transformers")
 torch = pytest.importorskip("torch")
 
 from rbench.core.errors import RBenchError  # noqa: E402
-from rbench.engine.plugins import load_ranker_class, make_ranker, ranker_config  # noqa: E402
+from rbench.rankers import load_ranker_class, make_ranker, ranker_config  # noqa: E402
 from rbench_rankers.cross_encoder import PRESETS, CrossEncoderRanker, apply_activation  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 

@@ -227,7 +227,7 @@ def test_real_minilm_matches_sentence_transformers_pipeline(tmp_path):
 
 
 def test_registered_as_entry_points():
-    from rbench.engine.plugins import load_ranker_class
+    from rbench.rankers import load_ranker_class
 
     assert load_ranker_class("dense") is DenseRanker and load_ranker_class("contriever") is ContrieverRanker
 

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from rbench.core.errors import RBenchError
-from rbench.engine.plugins import ranker_config
+from rbench.rankers import ranker_config
 from rbench_rankers.dense import PRESETS, DenseRanker, describe_presets, known_defaults, preset_model
 
 

@@ -77,7 +77,7 @@ def test_gradient_checkpointing_option_auto_is_cuda_only_on_forces_it_and_bools_
     assert states == {"auto": False, "on": True, "off": False}
     with pytest.raises(RBenchError, match="gradient_checkpointing"):
         LRankerConfig(gradient_checkpointing=True).validate()  # type: ignore[arg-type]
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     assert make_ranker("lranker", {"gradient_checkpointing": "on"}).cfg.gradient_checkpointing == "on"
     with pytest.raises(RBenchError, match="auto, on, off"):

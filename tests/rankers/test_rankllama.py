@@ -13,7 +13,7 @@ torch = pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 from rbench.core.errors import RBenchError  # noqa: E402
-from rbench.engine.plugins import load_ranker_class, ranker_config  # noqa: E402
+from rbench.rankers import load_ranker_class, ranker_config  # noqa: E402
 from rbench_rankers.rankllama import RankLlamaRanker  # noqa: E402
 from tests.lranker_testkit import _word_tokenizer, toy_task  # noqa: E402
 

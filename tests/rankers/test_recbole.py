@@ -306,7 +306,7 @@ def test_siblings_build_and_match_their_own_predictions(name, toy, tmp_path, mon
 
 
 def test_registered_as_entry_points():
-    from rbench.engine.plugins import load_ranker_class
+    from rbench.rankers import load_ranker_class
 
     for name, cls in (("sasrec", R.SASRecRanker), ("gru4rec", R.GRU4RecRanker), ("bert4rec", R.BERT4RecRanker),
                       ("bpr", R.BPRRanker), ("fm", R.FMRanker)):
@@ -315,7 +315,7 @@ def test_registered_as_entry_points():
 
 def test_options_are_checked():
     from rbench.core.errors import RBenchError
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     r = make_ranker("sasrec", {"epochs": "2", "hidden_size": "32", "recbole": '{"clip_grad_norm": {"max_norm": 5}}'})
     cfg = r.recbole_config(R.WrittenData(Path("/x"), "k", {}, {}), Path("/run"))

@@ -12,7 +12,7 @@ import pytest
 
 from rbench.api import RunContext
 from rbench.core import paths
-from rbench.engine.plugins import make_ranker
+from rbench.rankers import make_ranker
 from rbench.results.training_budget import BUDGET_FIELDS
 from rbench.run.runner import RunOptions, run
 from rbench.tasks.families.routing import WEIGHTS, has_outcomes, routing_outcomes

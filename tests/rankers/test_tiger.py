@@ -211,7 +211,7 @@ def test_options_preset_and_validation():
     cpu = TigerOptions(preset="cpu")
     assert cpu.num_layers == 2 and cpu.max_steps < TigerOptions().max_steps
     from rbench.core.errors import RBenchError
-    from rbench.engine.plugins import ranker_config
+    from rbench.rankers import ranker_config
 
     cfg = ranker_config(TigerRanker, {"preset": "cpu", "num_layers": "4"})
     assert cfg.num_layers == 4 and cfg.d_ff == 512

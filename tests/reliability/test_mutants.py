@@ -89,7 +89,7 @@ def test_first_stage_recall_is_the_fraction_of_positives_inside_the_depth():
 
 
 def _pop():
-    from rbench.engine.plugins import load_ranker_class
+    from rbench.rankers import load_ranker_class
 
     return load_ranker_class("pop")()
 
@@ -368,7 +368,7 @@ def test_recbole_early_stopping_keeps_the_largest_valid_metric():
     better."""
     from pathlib import Path
 
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
 
     R = _recbole()
     for name in ("sasrec", "bpr"):

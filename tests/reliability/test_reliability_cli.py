@@ -9,10 +9,10 @@ from importlib.metadata import EntryPoint
 
 import pytest
 
+from rbench import rankers as plugins
+from rbench.api import BaseRanker
 from rbench.core.config import parse_assignments
 from rbench.core.errors import RBenchError
-from rbench.engine import plugins
-from rbench.engine.plugins import BaseRanker
 from rbench.run.runner import RunOptions
 from tests.helpers import cli, one_line
 

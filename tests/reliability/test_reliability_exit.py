@@ -259,7 +259,7 @@ def test_a_ranker_file_calling_sys_exit_is_one_line(capsys, tmp_path):
 
 def test_a_rankers_py_in_the_working_folder_does_not_hide_the_builtins(tmp_path):
     (tmp_path / "rankers.py").write_text("raise RuntimeError('the user file was imported')\n")
-    code = ("import sys; from rbench.engine.plugins import load_ranker_class; "
+    code = ("import sys; from rbench.rankers import load_ranker_class; "
             "print(load_ranker_class('pop').__module__)")
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=tmp_path, timeout=120,
                           check=False)

@@ -71,7 +71,7 @@ def test_a_ranker_name_that_cannot_name_its_record_is_refused(capsys, tmp_path, 
         line = one_line(err)
         assert code == 2 and repr(name) in line and "'.'" in line
         assert not results.exists() or not list(results.rglob("*.json"))
-    from rbench.engine.plugins import RankerRef
+    from rbench.rankers import RankerRef
 
     ref = RankerRef(name, object, "entry-point")  # a registered (entry point) name as it is resolved
     with pytest.MonkeyPatch.context() as mp:

@@ -106,7 +106,7 @@ def test_variant_table_shows_relative_mrr_change(tmp_path):
 
 
 def test_lranker_rows_are_named_by_preset_and_ablation():
-    from rbench.engine.plugins import make_ranker
+    from rbench.rankers import make_ranker
     from rbench_rankers.lranker.config import CPU_PRESET
     from rbench_rankers.lranker.ranker import LRankerRanker
 
@@ -177,7 +177,7 @@ def test_rows_are_configurations_and_labels_come_from_the_records(tmp_path, monk
     """Rows key on (ranker, non-default options), never on the rendered name: two configurations
     whose stored labels coincide both show (told apart by their option hashes); one
     configuration on two test sets is one row; no plugin is imported to name a row."""
-    from rbench.engine import plugins
+    from rbench import rankers as plugins
 
     def no_import(name):
         raise AssertionError(f"the leaderboard imported plugin {name!r}")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from rbench.engine.plugins import available_rankers
+from rbench.rankers import available_rankers
 from rbench.results import reproduce
 from rbench.tasks.registry import list_tasks
 from tests.helpers import cli, one_line

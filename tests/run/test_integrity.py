@@ -10,11 +10,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.api import Pool, Queries, Ragged
+from rbench.api import BaseRanker, Pool, Queries, Ragged
 from rbench.core.errors import RankerOutputError, RBenchError
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
-from rbench.engine.plugins import BaseRanker
 from tests.helpers import make_pool, make_queries
 
 N_POOL, N_Q = 400, 60

@@ -90,7 +90,7 @@ def test_ranker_from_a_file(capsys, tmp_path):
     src.write_text(textwrap.dedent('''
         from dataclasses import dataclass
         import numpy as np
-        from rbench.engine.plugins import BaseRanker
+        from rbench.api import BaseRanker
 
         @dataclass
         class Opts:

@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from rbench import rankers as plugins
 from rbench.cli.app import main
-from rbench.engine import plugins
 from tests.run.test_end_to_end import all_tasks  # noqa: F401  (fixture: every task's raw files)
 
 

@@ -10,10 +10,9 @@ from typing import Any, ClassVar
 import numpy as np
 import pytest
 
-from rbench.api import Pool, Queries, TaskData
+from rbench.api import BaseRanker, Pool, Queries, TaskData
 from rbench.core import paths
 from rbench.core.errors import RBenchError
-from rbench.engine.plugins import BaseRanker
 from rbench.results import leaderboard, reproduce
 from rbench.run.runner import RunOptions, make_plan, run
 from rbench.tasks import registry
