@@ -28,8 +28,8 @@ def main() -> int:
     if not torch.cuda.is_available():
         print("no CUDA device: nothing to compare")
         return 0
-    from rbench_rankers.generative.backend import Decoding
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends import Decoding
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     torch.backends.cuda.matmul.allow_tf32 = False
     chats = [[{"role": "user", "content": f"Rank these passages for query {i}: [1] apples [2] pears [3] plums"}]

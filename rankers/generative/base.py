@@ -45,7 +45,7 @@ import numpy as np
 from rbench.api import Pool, Queries, TaskData
 from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, Range, RBenchError, Seed
 
-from .backend import Chat, Decoding, GenerationStats
+from .backends import Chat, Decoding, GenerationStats
 from .failures import rank_queries
 from .prompts import TEMPLATE_VERSION, truncate, wording
 
@@ -186,14 +186,8 @@ class GenerativeRanker(BaseRanker):
             options = {"model": cfg.model, "base_url": cfg.base_url, "api_key_env": cfg.api_key_env,
                        "batch_size": cfg.batch_size, "timeout_s": cfg.timeout_s, "retries": cfg.retries,
                        "concurrency": cfg.concurrency, "deadline_s": cfg.deadline_s}
-        try:
-            from .backends import make_backend
-        except ImportError:  # the factory is not there: the in-process backend still is
-            if cfg.backend != "transformers":
-                raise RBenchError(f"backend {cfg.backend!r} is not available in this installation") from None
-            from .hf import TransformersBackend
+        from .backends import make_backend
 
-            return TransformersBackend(**options)
         return make_backend(cfg.backend, **options)
 
     def decoding(self, max_new_tokens: int | None = None) -> Decoding:

@@ -41,7 +41,7 @@ from typing import Any
 
 from rbench.plugin import RBenchError
 
-from .backend import Backend, Chat, Completion, Decoding, GenerationStats, NextTokenScores
+from .backends import Backend, Chat, Completion, Decoding, GenerationStats, NextTokenScores
 
 _SCHEMA = ("CREATE TABLE IF NOT EXISTS responses (key TEXT PRIMARY KEY, kind TEXT NOT NULL, "
            "value TEXT NOT NULL, created REAL NOT NULL)")

@@ -41,7 +41,7 @@ import numpy as np
 
 from rbench.plugin import Range, RBenchError
 
-from .backend import Chat
+from .backends import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_choice, parse_permutation
 from .prompts import candidate_name, iranker_direct_chat, iranker_step_chat

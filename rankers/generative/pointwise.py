@@ -34,7 +34,7 @@ import numpy as np
 
 from rbench.plugin import RBenchError
 
-from .backend import Chat
+from .backends import Chat
 from .base import GenerativeOptions, GenerativeRanker
 from .parse import parse_yes_no
 from .prompts import query_likelihood_chat, relevance_chat

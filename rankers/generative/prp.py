@@ -55,7 +55,7 @@ import numpy as np
 
 from rbench.plugin import Range, RBenchError
 
-from .backend import Chat
+from .backends import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_pair
 from .prompts import prp_chat

@@ -37,7 +37,7 @@ import numpy as np
 
 from rbench.plugin import Range, RBenchError
 
-from .backend import Chat
+from .backends import Chat
 from .base import GenerativeOptions, GenerativeRanker, order_scores
 from .parse import parse_permutation
 from .prompts import rankgpt_chat, truncate

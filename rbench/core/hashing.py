@@ -63,8 +63,10 @@ def folder_digests(folder: Path) -> dict[str, dict[str, int | str]]:
 def source_digest(cls: type) -> str:
     """sha256 of the Python source behind a ranker class, so a reviewer can tell which code gave a
     surprising row: the class's module file, or, when the module sits in a subpackage of its
-    top-level package (``rbench_rankers.lranker.ranker``), every ``.py`` file of that subpackage (its
-    helpers change its numbers too). "" when the source is not on disk (a class built in a REPL)."""
+    top-level package (``rbench_rankers.lranker.ranker``), every ``.py`` file of that subpackage and
+    of its own subpackages (its helpers change its numbers too: ``rbench_rankers.generative``'s
+    backends live in ``generative/backends/``), each named by its path relative to the subpackage.
+    "" when the source is not on disk (a class built in a REPL)."""
     import inspect
     import sys
 
@@ -76,10 +78,10 @@ def source_digest(cls: type) -> str:
     if not path.is_file():
         return ""
     package = (getattr(module, "__package__", None) or "").split(".")
-    files = sorted(path.parent.glob("*.py")) if len(package) > 1 else [path]
+    files = sorted(path.parent.rglob("*.py")) if len(package) > 1 else [path]
     h = hashlib.sha256()
     for f in files:
-        h.update(f.name.encode() + b"\0" + f.read_bytes() + b"\0")
+        h.update(f.relative_to(path.parent).as_posix().encode() + b"\0" + f.read_bytes() + b"\0")
     return h.hexdigest()
 
 

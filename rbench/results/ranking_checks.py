@@ -4,7 +4,7 @@ A language-model ranker can look healthy (no error, plausible metrics) while its
 the order it was given: a verdict that reads the answer's position instead of its content, a
 budget that cuts every answer off and a fallback that keeps the input order (issue 41). The
 generative rankers therefore record, in ``ranker_info["generation"]``
-(``rbench_rankers.generative.backend.GenerationStats``):
+(``rbench_rankers.generative.backends.GenerationStats``):
 
 - ``input_order_tau``: the mean over the ranked lists of Kendall's tau-b between the output
   scores and the input order (1.0: the output is the input order);

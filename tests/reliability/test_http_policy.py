@@ -21,8 +21,8 @@ from rbench.api import RunContext
 from rbench.core.config import build_config
 from rbench.core.http import DeadlineExceeded, HttpPolicy, RequestFailed, request_json
 from rbench.plugin import RBenchError
-from rbench_rankers.generative.backend import Decoding
-from rbench_rankers.generative.openai_compat import OpenAIBackend
+from rbench_rankers.generative.backends import Decoding
+from rbench_rankers.generative.backends.openai import OpenAIBackend
 from rbench_rankers.generative.rankgpt import RankGPTRanker
 
 KEY_ENV = "RBENCH_TEST_HTTP_KEY"

@@ -1,13 +1,21 @@
-"""The generation backend protocol: one interface, three implementations.
+"""Generation backends: the protocol, the factory, and one module per backend kind.
 
 Generative rankers (RankGPT, PRP, IRanker, pointwise relevance) ask a language model for text or
-for the log-probabilities of a few next tokens; *how* the model runs is a backend's business:
+for the log-probabilities of a few next tokens; *how* the model runs is a backend's business. The
+module of each kind is named after the kind users set with ``--set backend=KIND``:
 
-- ``transformers`` (``rbench_rankers.generative.hf``): in process, CPU or GPU, logits available;
-- ``vllm`` (``rbench_rankers.generative.vllm_engine``): vLLM's offline engine (GPU; optional extra);
-- ``openai`` (``rbench_rankers.generative.openai_compat``): any OpenAI-compatible HTTP server
-  (``base_url``, model name, key from an environment variable, timeouts, retries with backoff,
-  bounded concurrency; logprobs when the server offers them).
+- ``transformers`` (``backends/transformers.py``): in process, CPU or GPU, logits available;
+- ``vllm`` (``backends/vllm.py``): vLLM's offline engine (GPU; optional extra);
+- ``openai`` (``backends/openai.py``): any OpenAI-compatible HTTP server (``base_url``, model
+  name, key from an environment variable, the one HTTP policy of ``rbench.core.http``; logprobs
+  when the server offers them).
+
+``make_backend`` is the one factory the rankers call; it imports a kind's module only when that
+kind is asked for (torch, transformers and vllm stay unimported otherwise)::
+
+    make_backend("transformers", model="smollm2-135m", batch_size=8)
+    make_backend("vllm", model="Qwen/Qwen2.5-7B-Instruct", dtype="bfloat16")
+    make_backend("openai", base_url="http://127.0.0.1:8000/v1", model="qwen2.5-7b")
 
 Every backend sits behind the on-disk response cache (``rbench_rankers.generative.cache``), keyed
 by (backend identity, prompt, decoding settings), so a re-run or a crashed run resumes without
@@ -19,6 +27,8 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from typing import Any, Protocol, runtime_checkable
+
+from rbench.plugin import RBenchError
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant", "content": ...}
 Chat = list[Message]
@@ -156,3 +166,30 @@ class Backend(Protocol):
     def next_token_logprobs(self, chats: list[Chat], labels: tuple[str, ...]) -> list[NextTokenScores]: ...
 
     def close(self) -> None: ...
+
+
+KINDS = ("openai", "transformers", "vllm")  # the values of ``--set backend=``; each is a module here
+
+
+def make_backend(kind: str, **options: Any) -> Backend:
+    """The backend of ``kind`` built with ``options``; an unknown kind or option is one line."""
+    if kind == "transformers":
+        from .transformers import TransformersBackend
+
+        cls: Any = TransformersBackend
+    elif kind == "vllm":
+        from .vllm import VLLMBackend
+
+        cls = VLLMBackend
+    elif kind == "openai":
+        from .openai import OpenAIBackend
+
+        cls = OpenAIBackend
+    else:
+        raise RBenchError(f"unknown generation backend {kind!r}; choose one of: {', '.join(KINDS)}")
+    try:
+        return cls(**options)
+    except TypeError as exc:
+        if "__init__()" not in str(exc):  # a bug inside the constructor, not a wrong option
+            raise
+        raise RBenchError(f"backend {kind!r}: {str(exc).replace('__init__()', 'options:')}") from None

@@ -42,7 +42,7 @@ from typing import Any
 
 from rbench.plugin import DeadlineExceeded, HttpPolicy, RBenchError, RequestFailed, request_json
 
-from .backend import Chat, Completion, Decoding, NextTokenScores
+from . import Chat, Completion, Decoding, NextTokenScores
 
 TOP_LOGPROBS = 20
 

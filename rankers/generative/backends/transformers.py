@@ -34,7 +34,7 @@ from typing import Any
 
 from rbench.plugin import RBenchError
 
-from .backend import Chat, Completion, Decoding, NextTokenScores
+from . import Chat, Completion, Decoding, NextTokenScores
 
 
 def _quiet(message: str) -> str:

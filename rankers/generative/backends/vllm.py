@@ -17,7 +17,7 @@ from typing import Any
 
 from rbench.plugin import RBenchError
 
-from .backend import Chat, Completion, Decoding, NextTokenScores
+from . import Chat, Completion, Decoding, NextTokenScores
 
 TOP_LOGPROBS = 20
 
@@ -44,7 +44,7 @@ class VLLMBackend:
             raise RBenchError(f"the vllm backend runs on CUDA GPUs (device={device!r}); use backend=transformers")
         self.batch_size = int(batch_size)  # requests per CachedBackend chunk (vLLM batches them itself)
         vllm = import_vllm()
-        from .hf import resolve, weights_digest
+        from .transformers import resolve, weights_digest
 
         where, gguf = resolve(model, gguf_file)
         target = f"{where}/{gguf}" if gguf else where

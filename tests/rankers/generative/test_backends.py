@@ -24,8 +24,7 @@ from pathlib import Path
 import pytest
 
 from rbench.plugin import RBenchError
-from rbench_rankers.generative.backend import Backend, Decoding
-from rbench_rankers.generative.backends import make_backend
+from rbench_rankers.generative.backends import Backend, Decoding, make_backend
 
 SMOL_GGUF = Path("~/.cache/rbench-models/SmolLM2-135M-Instruct.Q4_1.gguf").expanduser()
 
@@ -47,7 +46,7 @@ def _need_smol() -> None:
 @pytest.fixture(scope="module")
 def smol(one_torch_thread):
     _need_smol()
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     backend = TransformersBackend("smollm2-135m", device="cpu", batch_size=4, max_length=2048)
     backend.load()
@@ -124,7 +123,7 @@ def test_smollm_next_token_logprobs_equal_a_manual_forward_pass(smol):
 
 
 def test_tiny_llama_folder_batches_like_single_calls_and_identity_tracks_weights(tiny_dir, tmp_path):
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     b = TransformersBackend(str(tiny_dir), device="cpu", batch_size=3)
     d = Decoding(max_new_tokens=6)
@@ -149,7 +148,7 @@ def test_tiny_llama_folder_batches_like_single_calls_and_identity_tracks_weights
 
 
 def test_tiny_llama_sampling_is_seeded(tiny_dir):
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     b = TransformersBackend(str(tiny_dir), device="cpu")
     hot = Decoding(max_new_tokens=8, temperature=1.5, seed=3)
@@ -160,7 +159,7 @@ def test_tiny_llama_sampling_is_seeded(tiny_dir):
 
 
 def test_smollm_stop_strings_end_the_answer(smol):
-    from rbench_rankers.generative.hf import trim_at_stop
+    from rbench_rankers.generative.backends.transformers import trim_at_stop
 
     full = smol.chat(CHATS[:1], Decoding(max_new_tokens=12))[0]
     words = full.text.split()
@@ -173,7 +172,7 @@ def test_smollm_stop_strings_end_the_answer(smol):
 
 
 def test_too_long_prompt_is_one_clear_line(tiny_dir):
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     b = TransformersBackend(str(tiny_dir), device="cpu", max_length=64)
     with pytest.raises(RBenchError, match="exceeds max_length=64") as err:
@@ -184,8 +183,8 @@ def test_too_long_prompt_is_one_clear_line(tiny_dir):
 def test_generation_modules_import_no_torch():
     code = ("import sys\n"
             "import rbench_rankers.generative.backends, rbench_rankers.generative.cache\n"
-            "import rbench_rankers.generative.hf, rbench_rankers.generative.openai_compat\n"
-            "import rbench_rankers.generative.vllm_engine\n"
+            "import rbench_rankers.generative.backends.transformers, rbench_rankers.generative.backends.openai\n"
+            "import rbench_rankers.generative.backends.vllm\n"
             "assert not {'torch', 'transformers', 'vllm'} & set(sys.modules), sorted(sys.modules)\n")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -409,7 +408,7 @@ def _clear_prefix_cache(base: str) -> None:
 
 
 def test_server_chat_is_greedy_and_repeatable(llama_server):
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     b = OpenAIBackend(llama_server, "smollm2-135m", timeout_s=60)
     d = Decoding(max_new_tokens=12)
@@ -429,7 +428,7 @@ def test_server_chat_is_greedy_and_repeatable(llama_server):
 
 
 def test_server_next_token_logprobs_for_labels(llama_server):
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     b = OpenAIBackend(llama_server, "smollm2-135m")
     assert b.supports_logprobs
@@ -441,7 +440,7 @@ def test_server_next_token_logprobs_for_labels(llama_server):
 
 
 def test_server_503_twice_is_retried_then_answered(proxy_factory, llama_server, monkeypatch):
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     monkeypatch.setenv("RBENCH_TEST_KEY", "sk-test-123")
     p = proxy_factory(fail=503, fail_times=2)
@@ -456,7 +455,7 @@ def test_server_503_twice_is_retried_then_answered(proxy_factory, llama_server, 
 
 
 def test_server_401_is_one_line_without_retry(proxy_factory):
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     p = proxy_factory(fail=401, fail_times=10**6)
     b = OpenAIBackend(p.url, "smollm2-135m", retries=4, backoff_s=0.05)
@@ -468,7 +467,7 @@ def test_server_401_is_one_line_without_retry(proxy_factory):
 
 
 def test_server_concurrency_is_bounded(proxy_factory):
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     p = proxy_factory(delay=0.3)
     b = OpenAIBackend(p.url, "smollm2-135m", concurrency=2)
@@ -479,7 +478,7 @@ def test_server_concurrency_is_bounded(proxy_factory):
 
 
 def test_closed_port_fails_after_bounded_retries():
-    from rbench_rankers.generative.openai_compat import OpenAIBackend
+    from rbench_rankers.generative.backends.openai import OpenAIBackend
 
     url = f"http://127.0.0.1:{free_port()}/v1"
     b = OpenAIBackend(url, "m", retries=3, backoff_s=0.05, timeout_s=2)
@@ -505,8 +504,8 @@ def test_vllm_greedy_answers_and_labels_match_transformers():
         pytest.skip("needs a CUDA GPU")
     pytest.importorskip("vllm", reason="vllm is not installed (pip install 'rbench[vllm]')")
     _need_smol()
-    from rbench_rankers.generative.hf import TransformersBackend
-    from rbench_rankers.generative.vllm_engine import VLLMBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
+    from rbench_rankers.generative.backends.vllm import VLLMBackend
 
     model = os.environ.get("RBENCH_VLLM_TEST_MODEL", "smollm2-135m")
     v = VLLMBackend(model, dtype="float32", gpu_memory_utilization=0.3, max_model_len=2048)
@@ -517,3 +516,42 @@ def test_vllm_greedy_answers_and_labels_match_transformers():
         assert max(a.logprobs, key=lambda k: a.logprobs[k] or -1e9) == max(b.logprobs, key=lambda k: b.logprobs[k])
         assert a.logprobs["A"] == pytest.approx(b.logprobs["A"], abs=0.05)
     v.close()
+
+
+def test_each_backend_kind_is_the_module_of_its_name():
+    """``--set backend=KIND`` and the file are one name: ``backends/KIND.py`` defines the backend
+    whose ``kind`` is KIND (the factory imports it from there)."""
+    import importlib
+
+    import rbench_rankers.generative.backends as backends
+
+    folder = Path(backends.__file__).parent
+    assert sorted(p.stem for p in folder.glob("*.py") if p.stem != "__init__") == sorted(backends.KINDS)
+    for kind in backends.KINDS:
+        module = importlib.import_module(f"rbench_rankers.generative.backends.{kind}")
+        classes = [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == module.__name__
+                   and getattr(c, "kind", None) == kind]
+        assert len(classes) == 1, kind
+
+
+def test_the_backends_are_part_of_the_generative_rankers_source_digest(tmp_path, monkeypatch):
+    """A record's ``source_sha256`` of a generative ranker covers its backends too, now that they
+    sit one folder down: editing a file of a sub-folder changes the digest."""
+    import importlib
+    import sys
+
+    from rbench.core.hashing import source_digest
+
+    pkg = tmp_path / "digest_pkg" / "gen"
+    (pkg / "backends").mkdir(parents=True)
+    for f in (tmp_path / "digest_pkg" / "__init__.py", pkg / "__init__.py", pkg / "backends" / "__init__.py"):
+        f.write_text("")
+    (pkg / "ranker.py").write_text("class R:\n    name = 'r'\n")
+    (pkg / "backends" / "openai.py").write_text("TIMEOUT = 60\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    cls = importlib.import_module("digest_pkg.gen.ranker").R
+    first = source_digest(cls)
+    (pkg / "backends" / "openai.py").write_text("TIMEOUT = 6000\n")
+    assert source_digest(cls) != first
+    for name in [m for m in sys.modules if m.startswith("digest_pkg")]:
+        del sys.modules[name]

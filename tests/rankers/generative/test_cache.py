@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from rbench.plugin import RBenchError
-from rbench_rankers.generative.backend import Backend, Decoding, GenerationStats
+from rbench_rankers.generative.backends import Backend, Decoding, GenerationStats
 from rbench_rankers.generative.cache import CachedBackend, ResponseCache, request_key
 
 SMOL_GGUF = Path("~/.cache/rbench-models/SmolLM2-135M-Instruct.Q4_1.gguf").expanduser()
@@ -57,7 +57,7 @@ def tiny(tmp_path_factory, one_torch_thread):
     if not SMOL_GGUF.is_file():
         pytest.skip("the SmolLM2-135M-Instruct Q4_1 GGUF (whose tokenizer the tiny model uses) is absent")
     pytest.importorskip("gguf")
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
     from tests.rankers.generative.test_backends import build_tiny_llama
 
     return TransformersBackend(str(build_tiny_llama(tmp_path_factory.mktemp("tiny-llama"))), device="cpu")
@@ -144,7 +144,7 @@ def test_duplicates_in_one_call_are_asked_once_and_no_cache_passes_through(tiny,
 
 SLOW_RUN = textwrap.dedent("""
     import sys, time
-    from rbench_rankers.generative.backend import Completion, Decoding, GenerationStats
+    from rbench_rankers.generative.backends import Completion, Decoding, GenerationStats
     from rbench_rankers.generative.cache import CachedBackend, ResponseCache
 
     class Slow:

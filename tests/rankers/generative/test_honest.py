@@ -16,7 +16,7 @@ import pytest
 from rbench.api import RunContext
 from rbench.results.ranking_checks import REPAIRED_MAX, TAU_MAX, flag
 from rbench_rankers.generative import prompts
-from rbench_rankers.generative.backend import Completion, NextTokenScores
+from rbench_rankers.generative.backends import Completion, NextTokenScores
 from rbench_rankers.generative.base import input_order_correlation
 from rbench_rankers.generative.cache import CachedBackend, ResponseCache
 from rbench_rankers.generative.iranker import IRankerRanker
@@ -406,7 +406,7 @@ def test_the_cache_key_includes_the_template_version(tmp_path, monkeypatch):
 
 
 def test_unreadable_cache_entries_are_reported_and_asked_again(tmp_path):
-    from rbench_rankers.generative.backend import Decoding, GenerationStats
+    from rbench_rankers.generative.backends import Decoding, GenerationStats
 
     cache = ResponseCache(tmp_path / "r.sqlite")
     inner = _counting_backend({})
@@ -429,7 +429,7 @@ def test_unreadable_cache_entries_are_reported_and_asked_again(tmp_path):
 
 
 def test_answers_of_the_wrong_form_are_never_cached(tmp_path):
-    from rbench_rankers.generative.backend import Decoding
+    from rbench_rankers.generative.backends import Decoding
 
     cache = ResponseCache(tmp_path / "r.sqlite")
     inner = _counting_backend({})
@@ -439,7 +439,7 @@ def test_answers_of_the_wrong_form_are_never_cached(tmp_path):
 
 
 def test_weights_digest_reads_contents(tmp_path, monkeypatch):
-    import rbench_rankers.generative.hf as hf
+    import rbench_rankers.generative.backends.transformers as hf
 
     folder = tmp_path / "m"
     folder.mkdir()

@@ -17,7 +17,7 @@ import pytest
 
 from rbench.api import Pool, Queries, Ragged, RunContext
 from rbench.plugin import RBenchError
-from rbench_rankers.generative.backend import Completion, NextTokenScores
+from rbench_rankers.generative.backends import Completion, NextTokenScores
 from rbench_rankers.generative.iranker import IRankerRanker
 from rbench_rankers.generative.pointwise import PointwiseLLMRanker
 from rbench_rankers.generative.prp import PRPRanker
@@ -331,10 +331,10 @@ def test_end_to_end_with_the_oracle(cls, options, logprobs, tmp_path):
 
 
 SMOL = Path.home() / ".cache" / "rbench-models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
-HF = Path(__file__).resolve().parents[3] / "rankers" / "generative" / "hf.py"
+HF = Path(__file__).resolve().parents[3] / "rankers" / "generative" / "backends" / "transformers.py"
 
 
-@pytest.mark.skipif(not SMOL.exists() or not HF.exists(), reason="needs the offline SmolLM2 GGUF and hf.py")
+@pytest.mark.skipif(not SMOL.exists() or not HF.exists(), reason="needs the offline SmolLM2 GGUF and the transformers backend")
 def test_end_to_end_with_smollm2_and_the_cache(tmp_path, one_torch_thread):
     import rbench
 

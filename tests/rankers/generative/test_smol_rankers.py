@@ -54,7 +54,7 @@ def needle_task(n_queries: int, m: int = 20, seed: int = 0):
 @pytest.fixture(scope="module")
 def smol():
     pytest.importorskip("gguf", reason="transformers needs the gguf package to read GGUF files")
-    from rbench_rankers.generative.hf import TransformersBackend
+    from rbench_rankers.generative.backends.transformers import TransformersBackend
 
     backend = TransformersBackend("smollm2-135m", device="cpu", batch_size=8, max_length=4096)
     yield backend
@@ -65,7 +65,7 @@ def test_prp_likelihood_verdicts_agree_with_the_models_written_answers(smol, one
     """The primed label token (" A" / " B" after "Passage") is the model's written choice: on 16
     prompts (8 pairs, both orders) the likelihood verdict equals the greedy answer's label far
     more often than chance (0.5). Version 1's unprimed first-token verdict agreed in 2 of 12."""
-    from rbench_rankers.generative.backend import Decoding
+    from rbench_rankers.generative.backends import Decoding
 
     pool, queries, cand, needles = needle_task(4, m=6, seed=3)
     chats_plain, chats_primed = [], []
