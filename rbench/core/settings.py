@@ -20,7 +20,8 @@ from rbench.core.ranges import AtLeast1, Range, Seed, check_value
 
 OVERWRITE = ("only-missing", "always", "never")
 SCANS = ("cpu", "cuda", "torch")  # where an embedding ranker's scores are scanned (rbench.engine.torch_scan)
-SCAN_PRECISIONS = ("fp32", "tf32", "bf16")
+# bf16/tf32-certified: low-precision GEMMs, ranks certified equal to fp32 reference scores (rbench.engine.certified)
+SCAN_PRECISIONS = ("fp32", "tf32", "bf16", "bf16-certified", "tf32-certified")
 DEFAULT_SEED = 0  # every seed default of rbench (runs, tasks, rankers' RunContext, compare): one place
 SEED_LIMIT = 2**32  # --seed is in [0, 2**32): seeds that far apart would give the same splits and samples
 MAX_TOPK = 100_000  # --topk's ceiling: checked when options are parsed, before the pool size is known;
@@ -55,8 +56,11 @@ class RunSettings:
                                 "reference), cuda (torch on a GPU), torch (torch on the CPU: the GPU path's "
                                 "tested twin). Ranks are exact for the scores each path computes; fp32 GEMMs "
                                 "on other hardware differ in the last bits (docs/guides/gpu.md).")
-    scan_precision: str = _setting("fp32", "fp32 | tf32 | bf16: the torch scan's GEMM precision; tf32 and bf16 "
-                                           "compute other scores, so ties and ranks can move (--scan cuda/torch).")
+    scan_precision: str = _setting("fp32", "fp32 | tf32 | bf16 | bf16-certified | tf32-certified: the torch scan's "
+                                           "GEMM precision; tf32 and bf16 compute other scores, so ties and ranks "
+                                           "can move; the certified forms re-score in fp32 every candidate within "
+                                           "the proven error bound of a threshold, so ranks and top-k equal the "
+                                           "fp32 reference scores' (--scan cuda/torch; docs/guides/gpu.md).")
     overwrite: str = _setting("only-missing", "only-missing: skip a run whose RunRecord exists with the same ranker "
                                               "(version, code, config), data and evaluation protocol (and every "
                                               "--measure asked for); always: run and replace it; never: skip "

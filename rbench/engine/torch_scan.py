@@ -41,6 +41,11 @@ scores on every path, hence identical results (the tests). ``precision="tf32"`` 
 mantissa products) and ``"bf16"`` (the operands rounded to bfloat16, 8-bit mantissa; products
 summed in fp32) compute *different* scores: distinct candidates may tie, ties may split, and
 ranks move by more than near-ties; they are speed options to measure, not the reference.
+``"bf16-certified"`` and ``"tf32-certified"`` scan with those GEMMs, then give every candidate
+within the proven error bound of a positive's score or of the top-k boundary its fp32 reference
+score (``rbench.engine.certified``: the bound, the reference and why the rest is decided): ranks,
+counts and top-k are those of the fp32 reference scores, bit for bit (on the CPU the TF32
+operands are simulated: rounded to TF32, multiplied in fp32).
 
 Memory on the device, bounded independently of the pool size: chunk vectors
 ``chunk_size x d x 4`` bytes (x3 on CUDA: one in use, two in flight), a batch's scores
@@ -64,11 +69,12 @@ import numpy as np
 
 from rbench.api import Queries, Ragged
 from rbench.core.errors import RankerOutputError
-from rbench.core.settings import DEFAULTS
+from rbench.core.settings import DEFAULTS, SCAN_PRECISIONS
+from rbench.engine import certified
 from rbench.engine.evaluate import EvalResult, validate_queries
 from rbench.engine.scorers import checked_query_vectors
 
-PRECISIONS = ("fp32", "tf32", "bf16")
+PRECISIONS = SCAN_PRECISIONS  # fp32, tf32, bf16 and their certified forms (rbench.engine.certified)
 _LOW_BITS = 4294967296  # 2^32: the key's low word holds 2^32 - 2 - pool index (index -1 .. 2^32 - 2)
 
 
@@ -102,8 +108,10 @@ def evaluate_dense_torch(
     ``pool_vectors``: a numpy array, a memory map, a ``ShardedArray`` or a ``BF16Matrix``
     (anything sliced ``[a:b]`` and indexed by an int array, read as fp32): streamed to the device a
     chunk of ``chunk_size`` rows at a time. ``precision``: "fp32" (default; TF32 switched off for
-    the call), "tf32" (CUDA's TF32 GEMM) or "bf16" (operands rounded to bfloat16, fp32
-    accumulation); see the module docstring for what each means for exactness. ``check_finite``:
+    the call), "tf32" (CUDA's TF32 GEMM), "bf16" (operands rounded to bfloat16, fp32
+    accumulation) or "bf16-certified"/"tf32-certified" (exact ranks from those GEMMs; entries
+    re-scored in ``timings["rescored"]``); see the module docstring for what each means for
+    exactness. ``check_finite``:
     scan every score for NaN/inf (a non-finite score raises, as in the engine); the vectors are
     checked either way. ``timings``: ``score_s`` (the whole scan, device synchronised),
     ``per_query_ms``, ``transfer_s`` (host reads of the pool, CUDA only: overlapped with the
@@ -123,7 +131,11 @@ def evaluate_dense_torch(
     k = max(0, int(topk))
     scan = _Scan(torch, dev, precision, k, check_finite, name, queries)
     t0 = time.perf_counter()
-    with _matmul_precision(torch, precision):
+    # TF32 in hardware: "tf32", and "tf32-certified" on CUDA (on the CPU its operands are rounded by
+    # certified.round_tf32 and multiplied in fp32: the same arithmetic, and torch's CPU "high"
+    # precision may mean bf16)
+    hardware_tf32 = precision == "tf32" or (precision == "tf32-certified" and dev.type == "cuda")
+    with _matmul_precision(torch, "tf32" if hardware_tf32 else "fp32"):
         if queries.candidates is None:
             scan.shared(pool_vectors, qv, batch_size, chunk_size)
         else:
@@ -133,6 +145,8 @@ def evaluate_dense_torch(
     result = scan.result()
     result.timings.update(score_s=time.perf_counter() - t0, transfer_s=scan.transfer_s)
     result.timings["per_query_ms"] = 1000.0 * result.timings["score_s"] / max(len(queries), 1)
+    if scan.certified:
+        result.timings["rescored"] = float(scan.n_rescored)  # entries scored again in fp32
     return result
 
 
@@ -186,6 +200,8 @@ class _Scan:
     def __init__(self, torch: Any, dev: Any, precision: str, k: int, check_finite: bool, name: str,
                  queries: Queries) -> None:
         self.torch, self.dev, self.precision, self.k = torch, dev, precision, k
+        self.low = certified.low_precision(precision)  # the GEMM's format: fp32, tf32 or bf16
+        self.certified = precision in certified.CERTIFIED
         self.check_finite, self.name, self.queries = check_finite, name, queries
         n = len(queries)
         self.pos, self.pos_ok = _pad(queries.positives, -1, np.int64)
@@ -201,18 +217,24 @@ class _Scan:
         self.finite = torch.ones((), dtype=torch.bool, device=dev)  # every score seen finite
         self.n_ranked = np.zeros(n, dtype=np.int64)
         self.transfer_s = 0.0
+        self.n_rescored = 0  # certified precisions: entries scored again in fp32
         self._mm_dtype: Any = None  # bf16 on CUDA: whether torch.mm takes out_dtype (tried once)
 
     # -- the GEMMs -------------------------------------------------------------------------------
 
     def _operand(self, x: Any) -> Any:
-        """An fp32 operand as the precision wants it (bf16: rounded to bfloat16)."""
-        return x.to(self.torch.bfloat16) if self.precision == "bf16" else x
+        """An fp32 operand as the precision wants it (bf16: rounded to bfloat16; certified TF32 on
+        the CPU: rounded to TF32's significand, the simulation of the tensor core's operands)."""
+        if self.low == "bf16":
+            return x.to(self.torch.bfloat16)
+        if self.low == "tf32" and self.certified and self.dev.type != "cuda":
+            return certified.round_tf32(self.torch, x)
+        return x
 
     def _mm(self, q: Any, c: Any) -> Any:
         """q (B, d) @ c (W, d).T in fp32 scores (operands already ``_operand``)."""
         torch = self.torch
-        if self.precision != "bf16":
+        if self.low != "bf16":
             return torch.mm(q, c.T)
         if self.dev.type == "cuda" and self._mm_dtype is not False:
             try:  # bf16 tensor-core GEMM, fp32 accumulation and output (no bf16 rounding of the scores)
@@ -226,10 +248,13 @@ class _Scan:
 
     # -- one part of a chunk -----------------------------------------------------------------------
 
-    def _part(self, r0: int, s: Any, base: Any, excl: tuple[Any, Any] | None, pos_cols: Any) -> None:
+    def _part(self, r0: int, s: Any, base: Any, excl: tuple[Any, Any] | None, pos_cols: Any,
+              cert: tuple[Any, Any] | None = None) -> None:
         """Scan scores ``s`` (B x C view, rows r0 .. r0+B-1) of pool candidates: ``base`` their pool
         indices (an int: a .. a+C-1, or a B x C tensor); ``excl``: (rows, cols) of excluded
-        entries; ``pos_cols``: B x P column of each positive in s (-1: not in this part)."""
+        entries; ``pos_cols``: B x P column of each positive in s (-1: not in this part).
+        ``cert``: (slack (B, 1), reference(rows, cols) -> fp32 reference scores) for low-precision
+        scores: the entries near a threshold get their reference score first (``_repair``)."""
         torch = self.torch
         B, C = s.shape
         rows = slice(r0, r0 + B)
@@ -239,6 +264,8 @@ class _Scan:
             self.finite &= torch.isfinite(s).all()
         if excl is not None:
             s[excl] = -math.inf
+        if cert is not None:
+            self._repair(rows, s, *cert)
         if self.k:
             self._topk(rows, s, base)
         # counts against each positive's score, positives included, then their own share removed
@@ -260,6 +287,18 @@ class _Scan:
         own = torch.where(inside, own, torch.full_like(own, -math.inf))  # (-inf: counts nowhere)
         self.higher[rows] -= (own[:, None, :] > t[:, :, None]).sum(dim=2)
         self.equal[rows] -= (own[:, None, :] == t[:, :, None]).sum(dim=2)
+
+    def _repair(self, rows: slice, s: Any, sl: Any, reference: Any) -> None:
+        """Certified precisions: every entry of ``s`` within its error bound ``sl`` of a positive's
+        reference score or of the top-k boundary is replaced by its reference score, so counting
+        and top-k on ``s`` give the reference's results (``rbench.engine.certified``)."""
+        r, c = certified.repair_targets(self.torch, s, self.sp[rows], self.t_ok[rows], self.top_v[rows], sl, self.k)
+        self.n_rescored += len(r)
+        if len(r):
+            fixed = reference(r, c)
+            if self.check_finite:
+                self.finite &= self.torch.isfinite(fixed).all()
+            s[r, c] = fixed
 
     def _topk(self, rows: slice, s: Any, base: Any) -> None:
         """Merge the part's best candidates into the rows' running top-k (exactly: see the module)."""
@@ -305,11 +344,17 @@ class _Scan:
         torch = self.torch
         n, N = len(qv), int(emb.shape[0])
         uniq = np.unique(self.pos[self.pos_ok])
+        if self.certified:  # the positives' reference scores come from certified.exact_scores
+            uniq = uniq[:0]
         U = len(uniq)
         slot = np.where(self.pos_ok, np.searchsorted(uniq, np.where(self.pos_ok, self.pos, 0)), -1)
         t_slot = torch.from_numpy(slot).to(self.dev)
         n_chunks, W = _widths(U + N, chunk_size)
-        q_dev = self._operand(torch.from_numpy(qv).to(self.dev))
+        q32 = torch.from_numpy(qv).to(self.dev)
+        q_dev = self._operand(q32)
+        if self.certified:
+            self._reference_positives(emb, q32, batch_size)
+            qn = torch.linalg.vector_norm(q32, dim=1)
         excl = self.queries.exclude
         ex_rows = ex_vals = None
         if excl is not None and len(excl.values):
@@ -343,6 +388,8 @@ class _Scan:
             s_pos = max(0, min(U - v0, W))  # the chunk's positives' columns: 0 .. s_pos-1
             s_end = max(s_pos, min(W, U + N - v0))  # pool columns: s_pos .. s_end-1
             a = v0 + s_pos - U  # the first pool column's pool index
+            pool_cols = chunk[s_pos:s_end]
+            cmax = torch.linalg.vector_norm(pool_cols, dim=1).max() if self.certified and s_end > s_pos else 0.0
             for r0, r1 in batches:
                 s = self._mm(q_dev[r0:r1], cv)
                 rows = slice(r0, r1)
@@ -364,7 +411,22 @@ class _Scan:
                               torch.from_numpy(ex_vals[lo:hi][sel] - a).to(self.dev))
                 pc = self.t_pos[rows] - a
                 pc = torch.where(self.t_ok[rows] & (pc >= 0) & (pc < C), pc, torch.full_like(pc, -1))
-                self._part(r0, part, a, ex, pc)
+                cert = None
+                if self.certified:
+                    qb = q32[r0:r1]
+                    cert = (certified.slack(qn[r0:r1], cmax, self.low, qv.shape[1]),
+                            lambda r, c, qb=qb, cols=pool_cols: certified.exact_pairs(torch, qb, cols, r, c))
+                self._part(r0, part, a, ex, pc, cert)
+
+    def _reference_positives(self, emb: Any, q32: Any, batch_size: int) -> None:
+        """Certified precisions: every positive's fp32 reference score (``certified.exact_scores``)."""
+        torch = self.torch
+        for r0 in range(0, len(q32), batch_size):
+            r1 = min(len(q32), r0 + batch_size)
+            idx = np.where(self.pos_ok[r0:r1], self.pos[r0:r1], 0)
+            vec = torch.from_numpy(np.asarray(emb[idx.ravel()], dtype=np.float32)).to(self.dev)
+            vec = vec.reshape(r1 - r0, idx.shape[1], -1)
+            self.sp[r0:r1] = certified.exact_scores(torch, q32[r0:r1, None, :], vec)
 
     def _stream(self, n_chunks: int, W: int, d: int, fill: Any) -> Any:
         """Yield (c, chunk c on the device as (W, d) fp32). On CUDA the host reads chunk c+1 in a
@@ -434,7 +496,8 @@ class _Scan:
         for r0 in range(0, n, batch_size):
             r1 = min(n, r0 + batch_size)
             rows, B = slice(r0, r1), r1 - r0
-            q = self._operand(torch.from_numpy(qv[r0:r1]).to(self.dev))
+            q32 = torch.from_numpy(qv[r0:r1]).to(self.dev)
+            q = self._operand(q32)
             t_cand = torch.from_numpy(cand[r0:r1]).to(self.dev)
             t_ex = torch.from_numpy(ex_mask[r0:r1]).to(self.dev)
             t_pc = torch.from_numpy(pos_col[r0:r1]).to(self.dev)
@@ -453,12 +516,12 @@ class _Scan:
                     host[:, s_pos : s_pos + l1 - l0] = np.asarray(emb[cand[r0:r1, l0:l1].ravel()],
                                                                   dtype=np.float32).reshape(B, l1 - l0, d)
                 self.transfer_s += time.perf_counter() - t
-                vecs = self._operand(torch.from_numpy(host).to(self.dev))
-                if self.precision == "bf16":
-                    vecs, qq = vecs.float(), q.float()
+                if self.certified:  # short lists: every entry's reference score (exact, no bound needed)
+                    s = certified.exact_scores(torch, q32[:, None, :], torch.from_numpy(host).to(self.dev))
                 else:
-                    qq = q
-                s = torch.bmm(vecs, qq[:, :, None])[:, :, 0]  # (B, W)
+                    vecs = self._operand(torch.from_numpy(host).to(self.dev))
+                    qq = q.float() if self.low == "bf16" else q
+                    s = torch.bmm(vecs.float() if self.low == "bf16" else vecs, qq[:, :, None])[:, :, 0]  # (B, W)
                 if s_pos:
                     cols = torch.arange(P, device=self.dev).expand(B, P) - v0
                     here = self.t_ok[rows] & (cols >= 0) & (cols < s_pos)
