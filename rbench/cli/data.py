@@ -1,6 +1,6 @@
 """``rbench data``: download, prepare, import and list task data.
 
-- ``download TASK`` fetches the task's public files (``rbench.tasks.sources``: sha256-checked where a
+- ``download TASK`` fetches the task's public files (``rbench.tasks.sources.downloads``: sha256-checked where a
   checksum is published, resumable) into ``RBENCH_HOME/downloads/<task>/`` and installs them into
   ``raw_dir(task)`` (archives extracted, other files hard-linked).
 - ``prepare TASK [--from PATH]`` loads the task once through the registry, which writes the
@@ -12,7 +12,7 @@
   cache keeps them.
 - ``import NAME`` registers a bring-your-own BEIR-layout task (``rbench.tasks.families.imported``):
   a BEIR folder (``--beir``), an ``ir_datasets`` id (``--ir-datasets``), an MTEB-style Hugging Face
-  dataset (``--hf``; both through ``rbench.tasks.sources``), or three files.
+  dataset (``--hf``; ``rbench.tasks.sources.from_ir_datasets`` / ``.from_hf``), or three files.
 - ``list`` shows every task's raw, download and prepared state.
 """
 
@@ -46,8 +46,8 @@ from rbench.core.atomic import remove_path, remove_stale, scratch_dir, swap_in
 from rbench.core.console import console, description_column, styled
 from rbench.core.errors import DataError, RBenchError
 from rbench.core.inputs import read_json
-from rbench.tasks.sources import from_source, write_provenance
-from rbench.tasks.sources import source_name as check_source_name
+from rbench.tasks.sources.provenance import from_source, write_provenance
+from rbench.tasks.sources.provenance import source_name as check_source_name
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
 out, err = console(), console(stderr=True)  # user text printed as it is (rbench.core.console)
@@ -69,25 +69,26 @@ def download_cmd(
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
 ) -> None:
     """Fetch a task's public files (checksummed, resumable) and install them into its raw folder."""
-    from rbench.tasks import sources
+    from rbench.api import RemoteFile
     from rbench.tasks.registry import get_task, list_tasks
+    from rbench.tasks.sources import downloads, install
 
     if (task is None) == (not all_tasks):
         raise RBenchError("rbench data download: name one TASK or pass --all (not both)")
     specs = [spec for spec in list_tasks() if spec.downloads] if all_tasks else [get_task(task or "")]
     if not all_tasks:
-        sources.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
+        downloads.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
     progress = Progress(description_column(), BarColumn(), DownloadColumn(), TransferSpeedColumn(),
                         TimeElapsedColumn(), console=err, disable=quiet)
     overall = None
     if all_tasks:  # sizes (HEAD requests) only for --all: one task's bars show their own sizes
-        planned = sources.plan_downloads(specs)
+        planned = downloads.plan_downloads(specs)
         to_fetch = [p for p in planned if force or not p.cached]
         _print_download_plan(planned, to_fetch)
         known = sum(p.size or 0 for p in to_fetch)
         overall = progress.add_task(f"all: {len(to_fetch)} files", total=known or None)
 
-    def bar(rf: sources.RemoteFile) -> sources.Progress:
+    def bar(rf: RemoteFile) -> downloads.Progress:
         tid = progress.add_task(rf.filename, total=rf.size)
         seen = [0]  # bytes of this file already added to the overall bar
 
@@ -103,7 +104,7 @@ def download_cmd(
     with progress:
         for spec in specs:
             try:
-                raw = sources.download_task(spec, force=force, progress=bar)
+                raw = install.download_task(spec, force=force, progress=bar)
             except RBenchError as exc:
                 if not all_tasks:
                     raise
@@ -132,12 +133,12 @@ def _print_download_plan(planned: list[Any], fetch: list[Any]) -> None:
 
 
 def _print_downloaded(spec: TaskSpec, raw: Path) -> None:
-    from rbench.tasks import sources
+    from rbench.tasks.sources.downloads import downloads_dir
 
-    manifest_path = sources.downloads_dir(spec.name) / "manifest.json"
+    manifest_path = downloads_dir(spec.name) / "manifest.json"
     try:
         manifest = read_json(manifest_path) if manifest_path.exists() else {}
-    except DataError:  # the download itself has said so (rbench.tasks.sources); the sizes are not shown
+    except DataError:  # the download itself has said so (rbench.tasks.sources.downloads); the sizes are not shown
         manifest = {}
     manifest = manifest if isinstance(manifest, dict) else {}
     for rf in spec.downloads:
@@ -315,9 +316,9 @@ def import_cmd(
 ) -> None:
     """Import a bring-your-own task in the BEIR layout (validated completely before copying): a
     BEIR folder, an ir_datasets id, a Hugging Face dataset, or three files."""
-    from rbench.tasks import sources
     from rbench.tasks.families import imported
     from rbench.tasks.registry import BUILTIN
+    from rbench.tasks.sources import from_hf, from_ir_datasets
 
     files = {"--corpus": corpus, "--queries": queries, "--qrels": qrels}
     given = [flag for flag, v in (("--beir", beir), ("--ir-datasets", ir_datasets_id), ("--hf", hf)) if v is not None]
@@ -343,10 +344,10 @@ def import_cmd(
             remove_stale(root)
             with scratch_dir(root / name, "fetch.") as tmp:
                 if ir_datasets_id is not None:
-                    flag = sources.ir_datasets_folder(ir_datasets_id, tmp)
+                    flag = from_ir_datasets.ir_datasets_folder(ir_datasets_id, tmp)
                     origin = f"ir_datasets:{ir_datasets_id}"
                 else:
-                    flag = sources.hf_folder(hf or "", tmp)
+                    flag = from_hf.hf_folder(hf or "", tmp)
                     origin = f"hf:{hf}"
                 target = imported.import_beir_folder(name, tmp, scenario, candidates, origin=origin, how_flag=flag,
                                                      overwrite=overwrite, reserved=reserved, move=True)

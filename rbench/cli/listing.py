@@ -65,13 +65,13 @@ def tasks_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-
 
 
 def _download_state(spec: TaskSpec) -> str:
-    from rbench.tasks import sources
+    from rbench.tasks.sources.downloads import downloads_dir
 
     if spec.embedded:
         return "ships with a package"
     if not spec.downloads:
         return "no direct URL"
-    folder = sources.downloads_dir(spec.name)
+    folder = downloads_dir(spec.name)
     want = spec.downloads
     have = [rf for rf in want if (folder / rf.filename).is_file()]
     partial = [rf for rf in want if (folder / (rf.filename + ".part")).is_file()]

@@ -25,7 +25,7 @@ from rbench.core.errors import RBenchError, unknown
 from rbench.core.settings import DEFAULT_SEED
 from rbench.tasks.families import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
-from rbench.tasks.sources import DataSource, read_provenance
+from rbench.tasks.sources.provenance import DataSource, read_provenance
 
 GROUP = "rbench.tasks"  # entry-point group of third-party task families
 FAMILIES: tuple[TaskFamily, ...] = (recsys.EMBEDDED, recsys.FAMILY, routing.FAMILY, passages.MSMARCO,
@@ -150,7 +150,7 @@ def load(task: Task, options: Any, seed: int = DEFAULT_SEED) -> TaskData:
 
 def data_source(task: Task) -> DataSource:
     """What the task was built from: its declared source for data a package ships or an import
-    holds (nothing to link), else what the raw folder's provenance note says (``rbench.tasks.sources``)."""
+    holds (nothing to link), else what the raw folder's provenance note says (``rbench.tasks.sources.provenance``)."""
     if task.spec.embedded or not task.family.links_from:
         return DataSource(task.spec.sources[0].name if task.spec.sources else task.name, own=True,
                           how="imported" if task.family.name == "imported" else "ships with a package")

@@ -47,7 +47,7 @@ def test_prepare_from_a_folder_links_prepares_once_and_shows_sizes(tmp_path, cap
     code, out, err = run(capsys, "data", "prepare", "esci", "--from", str(src))
     assert code == 0, err
     raw = paths.raw_dir("esci")
-    assert sorted(os.listdir(raw)) == [".source.json",  # what the files are (rbench.tasks.sources.DataSource)
+    assert sorted(os.listdir(raw)) == [".source.json",  # what the files are (rbench.tasks.sources.provenance.DataSource)
                                        "shopping_queries_dataset_examples.parquet",
                                        "shopping_queries_dataset_products.parquet"]
     assert (raw / "shopping_queries_dataset_examples.parquet").is_symlink()

@@ -15,7 +15,7 @@ from rbench.api import RemoteFile, Source
 from rbench.core import hashing, paths, protocol
 from rbench.results.leaderboard import build, to_csv, to_markdown
 from rbench.results.record import ColumnKey, RowKey, read_record
-from rbench.tasks.sources import DataSource, from_source, read_provenance, write_provenance
+from rbench.tasks.sources.provenance import DataSource, from_source, read_provenance, write_provenance
 from tests.cli.test_cli_data import run, write_esci_files
 from tests.results.test_leaderboard import _write
 

@@ -15,7 +15,8 @@ import pytest
 from rbench.api import RemoteFile, Source
 from rbench.core import paths
 from rbench.core.errors import RBenchError
-from rbench.tasks import registry, sources
+from rbench.tasks import registry
+from rbench.tasks.sources import downloads, install
 from tests.helpers import Server
 from tests.tasks.test_sources import esci_examples_parquet, ml1m_zip, reviews_json_gz, sha
 from tests.tasks.test_tasks_passages import qna_records
@@ -74,7 +75,7 @@ def test_msmarco_downloads_and_prepares_from_the_hf_parquet_layout(server, monke
     serve_spec_files(monkeypatch, server, "msmarco", {
         "ms_marco_v1.1_train.parquet": parquet_bytes(records[:50]),
         "ms_marco_v1.1_validation.parquet": parquet_bytes(records[50:])})
-    raw = sources.download_task(registry.get_task("msmarco"))
+    raw = install.download_task(registry.get_task("msmarco"))
     assert sorted(p.name for p in raw.iterdir()) == [".source.json", "ms_marco_v1.1_train.parquet",
                                                      "ms_marco_v1.1_validation.parquet"]
     present, detail = registry.data_status("msmarco")
@@ -82,7 +83,7 @@ def test_msmarco_downloads_and_prepares_from_the_hf_parquet_layout(server, monke
     data = registry.load_task("msmarco", {"n_queries": 0})
     eligible = [r for r in records if any(r["passages"]["is_selected"])]
     assert len(data.train) + len(data.valid) + len(data.test) == len(eligible)  # both splits read
-    manifest = json.loads((sources.downloads_dir("msmarco") / "manifest.json").read_text())
+    manifest = json.loads((downloads.downloads_dir("msmarco") / "manifest.json").read_text())
     assert manifest["ms_marco_v1.1_train.parquet"]["sha256"] == sha(parquet_bytes(records[:50]))
 
 
@@ -90,7 +91,7 @@ def test_routing_downloads_and_loads_graphrouter_files(server, monkeypatch):
     rows = make_rows()
     serve_spec_files(monkeypatch, server, "routing-balance", {
         "router_data.csv": router_csv(rows), "LLM_Descriptions.json": descriptions()})
-    sources.download_task(registry.get_task("routing-balance"))
+    install.download_task(registry.get_task("routing-balance"))
     data = registry.load_task("routing-balance")
     assert list(data.pool.ids) == LLMS  # candidate order from the description file
     assert data.pool.texts[0] == "llm-a: llm-a is a model"
@@ -103,18 +104,18 @@ def test_an_html_page_instead_of_the_file_is_refused_and_the_mirror_used(server)
     server.files["/drive"] = page
     server.files["/mirror.csv"] = body
     rf = RemoteFile("router_data.csv", (server.url("/drive"),))
-    with pytest.raises(sources.DownloadError, match="returned an HTML page, not router_data.csv.*"
+    with pytest.raises(downloads.DownloadError, match="returned an HTML page, not router_data.csv.*"
                                                     "rbench data prepare routing-balance --from DIR"):
-        sources.fetch("routing-balance", rf)
-    folder = sources.downloads_dir("routing-balance")
+        downloads.fetch("routing-balance", rf)
+    folder = downloads.downloads_dir("routing-balance")
     assert not (folder / "router_data.csv").exists()  # nothing recorded as the file
     manifest = folder / "manifest.json"
     assert not manifest.exists() or "router_data.csv" not in json.loads(manifest.read_text())
     rf2 = dataclasses.replace(rf, urls=(server.url("/drive"), server.url("/mirror.csv")))
-    assert sources.fetch("routing-balance", rf2).read_bytes() == body
+    assert downloads.fetch("routing-balance", rf2).read_bytes() == body
     # an .html file that is meant to be one is not refused
     server.files["/page.html"] = page
-    assert sources.fetch("routing-balance", RemoteFile("page.html", (server.url("/page.html"),))).read_bytes() == page
+    assert downloads.fetch("routing-balance", RemoteFile("page.html", (server.url("/page.html"),))).read_bytes() == page
 
 
 # --------------------------------------------------------------------------------------------
@@ -217,10 +218,10 @@ def test_plan_uses_pinned_recorded_or_probed_sizes_and_never_probes_a_cached_fil
     files = (RemoteFile("a", ("https://x/a",), size=11), RemoteFile("b", ("https://x/b",)),
              RemoteFile("c", ("https://x/c",)), RemoteFile("d", ("https://x/d",)))
     spec = dataclasses.replace(registry.get_task("rec-toy"), sources=(Source("t", "https://x", "t", files=files),))
-    folder = sources.downloads_dir(spec.name)
+    folder = downloads.downloads_dir(spec.name)
     folder.mkdir(parents=True)
     (folder / "d").write_bytes(b"12345")
-    planned = {p.file.filename: p for p in sources.plan_downloads([spec], probe=probe)}
+    planned = {p.file.filename: p for p in downloads.plan_downloads([spec], probe=probe)}
     assert {k: (p.size, p.cached) for k, p in planned.items()} == {
         "a": (11, False), "b": (7, False), "c": (None, False), "d": (5, True)}
     assert probed == ["b", "c"]
@@ -228,13 +229,13 @@ def test_plan_uses_pinned_recorded_or_probed_sizes_and_never_probes_a_cached_fil
 
 def test_remote_size_reads_head_and_ignores_html(server):
     server.files["/f.bin"] = b"x" * 1234
-    assert sources.remote_size(RemoteFile("f.bin", (server.url("/nope"), server.url("/f.bin")))) == 1234
-    assert sources.remote_size(RemoteFile("g.bin", (server.url("/nope"),))) is None
+    assert downloads.remote_size(RemoteFile("f.bin", (server.url("/nope"), server.url("/f.bin")))) == 1234
+    assert downloads.remote_size(RemoteFile("g.bin", (server.url("/nope"),))) is None
 
 
 def test_a_task_without_a_download_still_says_how_to_get_it(capsys):
     from rbench.cli.app import main
 
     with pytest.raises(RBenchError, match="no direct public download"):
-        sources.remote_files(registry.get_task("ml-100k"))
+        downloads.remote_files(registry.get_task("ml-100k"))
     assert main(["data", "download", "ml-100k", "--quiet"]) == 2

@@ -11,6 +11,7 @@ import os
 import socket
 import tarfile
 import zipfile
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,8 +19,9 @@ import pytest
 from rbench.api import RemoteFile
 from rbench.core import paths
 from rbench.core.errors import RBenchError
-from rbench.tasks import sources
-from rbench.tasks.sources import DownloadError, fetch, safe_extract
+from rbench.tasks.sources import downloads, install
+from rbench.tasks.sources.archives import archive_kind, safe_extract
+from rbench.tasks.sources.downloads import DownloadError, fetch
 
 
 def sha(data: bytes) -> str:
@@ -332,13 +334,13 @@ def test_download_task_installs_archives_extracted_and_files_linked(server, monk
     with_downloads(monkeypatch, "esci",
                    (RemoteFile("shopping_queries_dataset_examples.parquet", (server.url("/ex.parquet"),),
                                sha256=sha(pbody)),))
-    raw = sources.download_task(get_task("rec-movie"))
+    raw = install.download_task(get_task("rec-movie"))
     assert raw == paths.raw_dir("rec-movie")
     assert folder_files(raw) == [".source.json", "ml-1m"]
     assert folder_files(raw / "ml-1m") == ["movies.dat", "ratings.dat", "users.dat"]
     assert (raw / "ml-1m" / "movies.dat").read_bytes().decode("latin-1").startswith("1193::One Flew")
     assert [p.name for p in raw.parent.iterdir() if p.name.startswith(".")] == []  # no temp folders
-    raw_e = sources.download_task(get_task("esci"))
+    raw_e = install.download_task(get_task("esci"))
     linked = raw_e / "shopping_queries_dataset_examples.parquet"
     cached = paths.home() / "downloads" / "esci" / "shopping_queries_dataset_examples.parquet"
     assert linked.read_bytes() == pbody
@@ -349,7 +351,7 @@ def test_tasks_without_a_public_url_say_how_to_get_the_data():
     from rbench.tasks.registry import get_task
 
     with pytest.raises(RBenchError, match="no direct public download.*pip install"):
-        sources.remote_files(get_task("ml-100k"))
+        downloads.remote_files(get_task("ml-100k"))
     with pytest.raises(RBenchError, match="did you mean"):
         get_task("rec-moive")
 
@@ -364,7 +366,7 @@ def test_source_table_is_well_formed():
         for rf in files:
             assert rf.urls and all(u.startswith("https://") for u in rf.urls), rf
             assert rf.sha256 is None or (len(rf.sha256) == 64 and int(rf.sha256, 16) >= 0)
-            assert rf.extract == (sources.archive_kind(sources.Path(rf.filename)) is not None)
+            assert rf.extract == (archive_kind(Path(rf.filename)) is not None)
     esci = TASKS["esci"].downloads
     assert all(f.sha256 and f.size for f in esci)  # from the Git LFS pointers
     assert all("/raw/" in f.urls[0] and "raw.githubusercontent" not in f.urls[0] for f in esci)
