@@ -37,7 +37,7 @@ PROTOCOL_CODE: tuple[str, ...] = (
     "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
     "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.torch_scan", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
     "rbench.engine.sharded", "rbench.engine.metrics", "rbench.core.measures", "rbench.engine.runfile",
-    "rbench.engine.rerank",
+    "rbench.run.rerank", "rbench.run.strategies",
 )
 
 DIGEST_PYTHON = "3.11"

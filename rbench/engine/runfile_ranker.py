@@ -11,7 +11,7 @@ Scores: a listed candidate keeps the file's score. A candidate the file does not
 one value strictly below every listed score of its query, the same for all of them: it ranks
 after every listed candidate, tied with the other missing ones, and the engine's tie rule
 (``rbench.engine.metrics.TIE_RULE``) puts a positive among them after all of them: the
-pessimistic place, the one the rerank reader gives too (``rbench.engine.rerank``). A query the
+pessimistic place, the one the rerank reader gives too (``rbench.run.rerank``). A query the
 file does not list at all ranks its whole list tied (its positives last). The record says so:
 ``ranker_info`` holds the file's name and sha256, ``n_missing_candidates`` (candidates scored
 that the file does not list, before the task's exclusions) and ``n_queries_not_listed``.

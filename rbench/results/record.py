@@ -73,7 +73,7 @@ class RowKey:
 
     ranker: str
     options: str = ""  # the non-default ranker options as sorted JSON ("" : the defaults)
-    rerank: str = ""  # a two-stage run's protocol (rbench.engine.rerank): its spec as sorted JSON ("" : none)
+    rerank: str = ""  # a two-stage run's protocol (rbench.run.rerank): its spec as sorted JSON ("" : none)
 
     @property
     def options_hash(self) -> str:
@@ -150,7 +150,7 @@ class RunRecord:
     per_query_sha256: str = ""  # of the per-query file's bytes (its name holds the first 12 digits)
     run_file: str = ""  # the top-k as a TREC run (``<stem>.<hash12>.run.gz``; "" : none, --topk 0)
     run_sha256: str = ""
-    # a two-stage run (rbench.engine.rerank): first_stage, depth, pairs_scored, first_stage_recall@depth,
+    # a two-stage run (rbench.run.rerank): first_stage, depth, pairs_scored, first_stage_recall@depth,
     # label (``bm25@100``); empty for an ordinary run (and then left out of the JSON)
     rerank: dict[str, Any] = field(default_factory=dict)
     # the process's peak RSS (bytes) at the end of each phase: load, fit, score (ru_maxrss only

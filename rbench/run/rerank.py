@@ -57,9 +57,12 @@ from rbench.core.atomic import atomic_write_bytes
 from rbench.core.errors import DataError, RBenchError, unknown
 from rbench.core.hashing import short_hash
 from rbench.core.inputs import require_regular
+from rbench.core.settings import DEFAULTS
 from rbench.engine.evaluate import EvalResult, evaluate
-from rbench.engine.metrics import MEASURES, per_query
-from rbench.engine.scorers import is_embedding_ranker, make_scorer
+from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.scorers import make_scorer
+from rbench.results.paired import p_value
+from rbench.run.strategies import Job, Scan, Scored, Strategy, exhaustive
 
 PAIR_BUDGET = 2_000_000  # exhaustive reranking above this many pairs needs --force
 MAX_DEPTH = 100_000  # --rerank-depth's cap (as --topk's): deeper lists are 'all' (with its pair budget)
@@ -244,46 +247,6 @@ def _forget_old_cache() -> None:
         pass
 
 
-def first_stage(plan: Any, data: TaskData, context: Any, progress: Any, run_score: Any) -> Stage1:
-    """Stage 1 of ``plan.rerank``: from the cache, by running (fitting, then scoring) its ranker,
-    or from its run file. ``run_score`` is the runner's scoring road (handed in: rbench.run.runner
-    imports this module, never the reverse)."""
-    rp: RerankPlan = plan.rerank
-    if rp.run_file is not None:
-        return read_run_file(rp.run_file, data, rp.depth or 0, plan)
-    ranker = rp.ranker_cls(config=rp.ranker_config, context=context)  # type: ignore[misc]
-    version = str(getattr(ranker, "version", ""))
-    key = cache_key(rp.ranker, version, ranker.config, data, plan.variant.label, rp.depth, plan.seed)  # type: ignore[arg-type]
-    # the harness's folder, not the rankers' (the file holds every positive's stage-1 rank: those
-    # outside the top-N cannot be recomputed from it without scanning the pool again)
-    _forget_old_cache()
-    path = paths.harness_dir("rerank") / f"{rp.ranker}-{key}.npz"
-    first = {"name": rp.ranker, "version": version, "config": ranker.config}
-    if path.is_file():
-        st = _load(path, len(data.test.positives.values))
-        if st is not None:
-            st.info = {**st.info, "first_stage": first, "cached": True}
-            return st
-    view = data.for_fit()  # without the test labels, made before the timer
-    t0 = time.perf_counter()
-    step = progress(f"fitting {rp.ranker} (stage 1)", 1)
-    ranker.fit(view)
-    step(1)
-    fit_s = time.perf_counter() - t0
-    s_plan = dataclasses.replace(plan, ranker=rp.ranker, ranker_cls=rp.ranker_cls, ranker_config=rp.ranker_config,
-                                 topk=rp.depth, ann=None,
-                                 ray_shards=plan.ray_shards if is_embedding_ranker(ranker) else None, rerank=None)
-    result, _ = run_score(s_plan, ranker, data, progress)
-    st = Stage1(_lists_from_topk(result.topk_index), result.ranks.values.astype(np.int64), result.n_ranked.copy(),
-                {"fit_s": round(fit_s, 4), "score_s": round(result.timings.get("score_s", 0.0), 4),
-                 "index_s": round(result.timings.get("index_s", 0.0), 4)})
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _save(path, st)
-    except OSError as exc:
-        warnings.warn(f"stage 1 not cached ({exc})", stacklevel=2)
-    st.info = {**st.info, "first_stage": first, "cached": False}
-    return st
 
 
 def _n_ranked(test: Queries, pool: Pool) -> np.ndarray:
@@ -298,7 +261,8 @@ def _n_ranked(test: Queries, pool: Pool) -> np.ndarray:
     return sizes
 
 
-def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
+def read_run_file(path: Path, data: TaskData, depth: int, batch_size: int = DEFAULTS.batch_size,
+                  chunk_size: int = DEFAULTS.chunk_size) -> Stage1:
     """Stage 1 from a TREC run file (see the module docstring for the order and the missing
     candidates), read by the one reader of run files (``rbench.engine.runfile.read_run``)."""
     from rbench.core.hashing import file_sha256
@@ -314,7 +278,7 @@ def read_run_file(path: Path, data: TaskData, depth: int, plan: Any) -> Stage1:
         rows = [row_of[str(q)] for q in batch.ids]
         return np.array([[scores[(r, int(d))] for d in c] for r, c in zip(rows, cand)], dtype=np.float64)
 
-    ranks, top_idx, _ = rank_lists(None, file_scores, test, pool, lists, depth, plan.batch_size, plan.chunk_size)
+    ranks, top_idx, _ = rank_lists(None, file_scores, test, pool, lists, depth, batch_size, chunk_size)
     n_ranked = _n_ranked(test, pool)
     # positives missing from the file: the last positions, in the engine's tie order
     rows = test.positives.row_ids()
@@ -392,83 +356,140 @@ def combine(test: Queries, st: Stage1, stage2_ranks: np.ndarray) -> tuple[np.nda
     return final, inside
 
 
-def _time_text(seconds: float) -> str:
-    if seconds < 120:
-        return f"{seconds:.0f} s"
-    if seconds < 7200:
-        return f"{seconds / 60:.0f} min"
-    return f"{seconds / 3600:.1f} h"
+# --------------------------------------------------------------------------------------------
+# the strategy
+# --------------------------------------------------------------------------------------------
 
 
-def _exhaustive(plan: Any, ranker: Any, data: TaskData, progress: Any) -> tuple[EvalResult, int]:
-    """R scores every pair, within the pair budget or forced (after a warm-up estimate)."""
-    test, pool = data.test, data.pool
-    width = test.candidates.shape[1] if test.candidates is not None else len(pool)
-    pairs = len(test) * width
-    scorer, timings = make_scorer(ranker, pool)
-    if pairs > plan.rerank.pair_budget:
-        few = test.take(np.arange(min(8, len(test))))
-        cand = few.candidates if few.candidates is not None else np.arange(min(len(pool), 512), dtype=np.int64)
-        warm = few.candidates.size if few.candidates is not None else len(few) * len(cand)
+@dataclass(frozen=True)
+class TwoStage:
+    """``--rerank-from``: stage 1 (``first``, another strategy, fitted and scored here; or the
+    run file of ``rerank``), then the fitted ranker R over each query's top-N, combined into exact
+    full-pool ranks (see the module docstring). ``first`` is None for a run file or 'all'."""
+
+    rerank: RerankPlan
+    first: Strategy | None
+    scan: Scan
+    variant: str = "original"  # the variant's label (the stage-1 cache key)
+    seed: int = DEFAULTS.seed
+
+    def score(self, ranker: Any, data: TaskData, job: Job) -> Scored:
+        """The final result (its top-k is R's order of the top-N, with R's scores), the record's
+        ``rerank`` entry and the tail-dropped per-query values (``<metric>-dropped``)."""
+        rp = self.rerank
+        if rp.depth is None:
+            return self._exhaustive(ranker, data, job)
+        test = data.test
         t0 = time.perf_counter()
-        scorer(few, cand)
-        rate = warm / max(time.perf_counter() - t0, 1e-9)
-        text = (f"exhaustive reranking with {plan.ranker!r} scores {pairs:,} pairs: about "
-                f"{_time_text(pairs / rate)} ({rate:,.0f} pairs/s on a warm-up of {warm:,} pairs)")
-        if not plan.rerank.force:
-            raise RBenchError(f"{text}, above the budget of {plan.rerank.pair_budget:,} pairs: pass --force "
-                              f"to run it, or rerank a shortlist with --rerank-depth N")
-        warnings.warn(f"{text} (--force)", stacklevel=2)
-    result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size, topk=plan.topk,
-                      scorer=scorer, progress=progress(f"{plan.ranker} on {plan.spec.name} (all pairs)", len(test)))
-    result.timings["index_s"] = timings.get("index_s", 0.0)
-    return result, pairs
+        st = self.first_stage(data, job)
+        first_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        scorer, _ = make_scorer(ranker, data.pool)
+        index_s = time.perf_counter() - t0
+        t0 = time.perf_counter()
+        tick = job.progress(f"{job.name} reranking {rp.tag}", None)
+        r2, top_idx, top_val = rank_lists(ranker, scorer, test, data.pool, st.lists, rp.depth, self.scan.batch_size,
+                                          self.scan.chunk_size, progress=tick)
+        score_s = time.perf_counter() - t0
+        final, inside = combine(test, st, r2)
+        top_idx, top_val = _widen(top_idx, top_val, job.topk, rp.depth)
+        result = EvalResult(ranks=Ragged(test.positives.offsets.copy(), final), topk_index=top_idx,
+                            topk_score=top_val, n_ranked=st.n_ranked.copy(),
+                            timings={"index_s": index_s, "score_s": score_s,
+                                     "per_query_ms": 1000.0 * score_s / max(len(test), 1)})
+        info = {**_info(rp, test, st, inside, first_s), **self._against_first(test, st, final, job.measures)}
+        return Scored(result, rerank=info, dropped=_dropped(test, final, inside))
 
-
-def score(plan: Any, ranker: Any, data: TaskData, context: Any, progress: Any,
-          run_score: Any) -> tuple[EvalResult, dict[str, Any], dict[str, np.ndarray]]:
-    """Run the protocol of ``plan.rerank`` with the fitted ranker R: the final result (exact
-    ranks over the whole pool; its top-k is R's order of the top-N, with R's scores), the
-    record's ``rerank`` entry and the tail-dropped per-query values (``<metric>-dropped``)."""
-    rp: RerankPlan = plan.rerank
-    test, pool = data.test, data.pool
-    if rp.depth is None:
-        result, pairs = _exhaustive(plan, ranker, data, progress)
+    def _exhaustive(self, ranker: Any, data: TaskData, job: Job) -> Scored:
+        rp = self.rerank
+        result, pairs = exhaustive(ranker, data, job, self.scan, rp.pair_budget, rp.force)
         first = ({"run_file": str(rp.run_file)} if rp.run_file is not None else
                  {"name": rp.ranker, "version": str(getattr(rp.ranker_cls, "version", "")),
                   "config": rp.ranker_config})
-        info = {"first_stage": first, "depth": "all", "pairs_scored": int(pairs), "first_stage_recall@depth": 1.0,
-                "label": rp.tag}
-        return result, info, {}
-    t0 = time.perf_counter()
-    st = first_stage(plan, data, context, progress, run_score)
-    first_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    scorer, _ = make_scorer(ranker, pool)
-    index_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    tick = progress(f"{plan.ranker} reranking {rp.tag}", None)
-    r2, top_idx, top_val = rank_lists(ranker, scorer, test, pool, st.lists, rp.depth, plan.batch_size,
-                                      plan.chunk_size, progress=tick)
-    score_s = time.perf_counter() - t0
-    final, inside = combine(test, st, r2)
-    k = plan.topk
-    if k <= rp.depth:
-        top_idx, top_val = top_idx[:, :k], top_val[:, :k]
-    else:
-        pad = k - rp.depth
-        top_idx = np.concatenate([top_idx, np.full((len(test), pad), -1, np.int64)], axis=1)
-        top_val = np.concatenate([top_val, np.full((len(test), pad), -np.inf)], axis=1)
-    result = EvalResult(ranks=Ragged(test.positives.offsets.copy(), final), topk_index=top_idx, topk_score=top_val,
-                        n_ranked=st.n_ranked.copy(),
-                        timings={"index_s": index_s, "score_s": score_s,
-                                 "per_query_ms": 1000.0 * score_s / max(len(test), 1)})
+        return Scored(result, rerank={"first_stage": first, "depth": "all", "pairs_scored": int(pairs),
+                                      "first_stage_recall@depth": 1.0, "label": rp.tag})
+
+    def first_stage(self, data: TaskData, job: Job) -> Stage1:
+        """Stage 1: from the cache, by running (fitting, then scoring) its ranker, or from its
+        run file."""
+        rp = self.rerank
+        if rp.run_file is not None:
+            return read_run_file(rp.run_file, data, rp.depth or 0, self.scan.batch_size, self.scan.chunk_size)
+        ranker = rp.ranker_cls(config=rp.ranker_config, context=job.context)  # type: ignore[misc]
+        version = str(getattr(ranker, "version", ""))
+        key = cache_key(str(rp.ranker), version, ranker.config, data, self.variant, int(rp.depth or 0), self.seed)
+        # the harness's folder, not the rankers' (the file holds every positive's stage-1 rank: those
+        # outside the top-N cannot be recomputed from it without scanning the pool again)
+        _forget_old_cache()
+        path = paths.harness_dir("rerank") / f"{rp.ranker}-{key}.npz"
+        first = {"name": rp.ranker, "version": version, "config": ranker.config}
+        st = _load(path, len(data.test.positives.values)) if path.is_file() else None
+        if st is not None:
+            st.info = {**st.info, "first_stage": first, "cached": True}
+            return st
+        st = self._run_first(ranker, data, job)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _save(path, st)
+        except OSError as exc:
+            warnings.warn(f"stage 1 not cached ({exc})", stacklevel=2)
+        st.info = {**st.info, "first_stage": first, "cached": False}
+        return st
+
+    def _run_first(self, ranker: Any, data: TaskData, job: Job) -> Stage1:
+        """Fit the stage-1 ranker (on the data without the test labels) and score it with its
+        own strategy, keeping each query's top-N."""
+        rp = self.rerank
+        assert self.first is not None and rp.depth is not None
+        view = data.for_fit()  # without the test labels, made before the timer
+        t0 = time.perf_counter()
+        step = job.progress(f"fitting {rp.ranker} (stage 1)", 1)
+        ranker.fit(view)
+        step(1)
+        fit_s = time.perf_counter() - t0
+        stage = Job(name=str(rp.ranker), topk=rp.depth, context=job.context, progress=job.progress)
+        result = self.first.score(ranker, data, stage).result
+        return Stage1(_lists_from_topk(result.topk_index), result.ranks.values.astype(np.int64),
+                      result.n_ranked.copy(),
+                      {"fit_s": round(fit_s, 4), "score_s": round(result.timings.get("score_s", 0.0), 4),
+                       "index_s": round(result.timings.get("index_s", 0.0), 4)})
+
+    def _against_first(self, test: Queries, st: Stage1, final: np.ndarray,
+                       measures: tuple[str, ...]) -> dict[str, Any]:
+        """Stage 1's own metrics on the same queries (its exact full-pool ranks) and, per measure,
+        the rerank's mean change with a paired randomization test's p (the run's seed): a reader
+        sees whether the rerank changed anything without running stage 1 alone."""
+        names = measures or MEASURES
+        offsets = test.positives.offsets
+        first = per_query(Ragged(offsets.copy(), st.ranks.astype(np.int64)), test.grades, names)
+        after = per_query(Ragged(offsets.copy(), final), test.grades, names)
+        paired = {m: {"delta": float(np.mean(after[m] - first[m])) if len(test) else 0.0,
+                      "p": float(p_value(after[m], first[m], "randomization", seed=self.seed))} for m in names}
+        return {"first_stage_metrics": aggregate(first), "vs_first_stage": paired}
+
+
+def _widen(top_idx: np.ndarray, top_val: np.ndarray, k: int, depth: int) -> tuple[np.ndarray, np.ndarray]:
+    """R's top-N as the run's top-``k``: cut, or padded with -1 / -inf past the depth."""
+    if k <= depth:
+        return top_idx[:, :k], top_val[:, :k]
+    pad = k - depth
+    return (np.concatenate([top_idx, np.full((len(top_idx), pad), -1, np.int64)], axis=1),
+            np.concatenate([top_val, np.full((len(top_val), pad), -np.inf)], axis=1))
+
+
+def _dropped(test: Queries, final: np.ndarray, inside: np.ndarray) -> dict[str, np.ndarray]:
+    """The values BEIR, MTEB and rank_llm report: a positive below the depth is not retrieved."""
     dropped_ranks = np.where(inside, final, np.inf)
     dropped = per_query(Ragged(test.positives.offsets.copy(), dropped_ranks), test.grades, MEASURES)
+    return {f"{m}{DROPPED}": v for m, v in dropped.items()}
+
+
+def _info(rp: RerankPlan, test: Queries, st: Stage1, inside: np.ndarray, first_s: float) -> dict[str, Any]:
+    """The record's ``rerank`` entry of a depth-N run (the stage-1 comparison is added beside it)."""
     lengths = test.positives.lengths()
     hits = np.add.reduceat(inside.astype(np.float64), test.positives.offsets[:-1]) if len(inside) else np.zeros(0)
     recall = float(np.mean(hits / np.maximum(lengths, 1))) if len(test) else 0.0
-    info = {"first_stage": st.info["first_stage"], "depth": rp.depth,
+    return {"first_stage": st.info["first_stage"], "depth": rp.depth,
             "pairs_scored": int(st.lists.lengths().sum()), "first_stage_recall@depth": recall,
             "label": rp.tag, "cached": bool(st.info.get("cached")), "first_stage_s": round(first_s, 4),
             "positives_outside": int((~inside).sum()),
@@ -476,4 +497,3 @@ def score(plan: Any, ranker: Any, data: TaskData, context: Any, progress: Any,
                                "(as BEIR/MTEB/rank_llm report); the plain metrics keep their exact stage-1 ranks",
             "first_stage_timings": {k2: v for k2, v in st.info.items() if k2 in ("fit_s", "score_s", "index_s")},
             **({"run_file_queries": st.info["run_file_queries"]} if "run_file_queries" in st.info else {})}
-    return result, info, {f"{m}{DROPPED}": v for m, v in dropped.items()}

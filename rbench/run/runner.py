@@ -18,12 +18,10 @@ ranker's data-parallel training), then process 0 alone scores and writes the Run
 from __future__ import annotations
 
 import contextlib
-import copy
 import dataclasses
 import os
 import time
-import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -33,33 +31,22 @@ import numpy as np
 from rbench.api import NoOptions, RunContext, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.atomic import remove_stale
-from rbench.core.config import config_dict, config_hash, non_default, plain_config
+from rbench.core.config import plain_config
 from rbench.core.errors import RBenchError, unknown
 from rbench.core.hashing import canonical_json, source_digest
 from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.core.settings import MAX_TOPK, RunSettings
 from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
-from rbench.engine.evaluate import EvalResult, evaluate, require_one_call
-from rbench.engine.metrics import RECORD_MEASURES, aggregate, per_query
-from rbench.engine.rerank import RerankPlan
-from rbench.engine.runfile import run_file_bytes, run_width
-from rbench.engine.scorers import encode_pool, encode_queries, is_embedding_ranker, vector_scorer
-from rbench.rankers import build_ranker, default_config, needs_training, ranker_config, resolve_ranker
-from rbench.results.record import (
-    RunRecord,
-    ensure_writable,
-    git_commit,
-    machine_info,
-    now_iso,
-    peak_rss_bytes,
-    per_query_bytes,
-    per_query_table,
-    read_record,
-    record_path,
-    run_tag,
-    write_run,
-)
+from rbench.engine.evaluate import EvalResult, require_one_call
+from rbench.engine.metrics import per_query
+from rbench.engine.runfile import run_width
+from rbench.engine.scorers import is_embedding_ranker
+from rbench.rankers import build_ranker, needs_training, ranker_config, resolve_ranker
+from rbench.results.record import RunRecord, ensure_writable, peak_rss_bytes, read_record
+from rbench.run.recording import Measured, RecordSlot, identity, make_record, record_measures, write
+from rbench.run.rerank import RerankPlan, TwoStage
+from rbench.run.strategies import Job, Progress, Scan, Strategy, no_progress, single
 from rbench.tasks.family import Task
 from rbench.tasks.pools import Variant, parse_variant
 from rbench.tasks.registry import load, resolve
@@ -73,7 +60,7 @@ class RunOptions(RunSettings):
     task: Any  # a task name, or a resolved rbench.tasks.family.Task
     variant: str = "original"
     sets: dict[str, str] = dataclasses.field(default_factory=dict)
-    rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.engine.rerank)
+    rerank_from: str | None = None  # --rerank-from: first-stage ranker name or run:PATH (rbench.run.rerank)
     rerank_depth: str | int | None = None  # --rerank-depth: N >= 1 or 'all' (default: the ranker's, else 100)
     force: bool = False  # --force: run an exhaustive rerank above the pair budget
 
@@ -125,6 +112,7 @@ class RunPlan(RunSettings):
     ranker_source: str = "entry-point"  # where the class came from (RankerRef.source)
     ranker_obj: Any = None  # a ready-made ranker object handed in from Python (used as it is)
     source: Task | None = None  # the transfer variant's source task (fitted on; None: the task itself)
+    strategy: Strategy  # how the test queries are scored, chosen once (``choose``)
 
     @property
     def spec(self) -> TaskSpec:
@@ -140,22 +128,11 @@ class RunOutcome:
     skipped: str = ""  # why an existing RunRecord was kept instead of running (--overwrite)
 
 
-Progress = Callable[[str, int | None], Callable[[int], None]]
-
-
-def _no_progress(_desc: str, _total: int | None) -> Callable[[int], None]:
-    return lambda _n: None
-
-
 def split_sets(sets: dict[str, str]) -> tuple[dict[str, str], dict[str, str]]:
     """``--set`` keys starting with ``task.`` go to the task, the rest to the ranker."""
     task = {k[len(TASK_PREFIX):]: v for k, v in sets.items() if k.startswith(TASK_PREFIX)}
     ranker = {k: v for k, v in sets.items() if not k.startswith(TASK_PREFIX)}
     return task, ranker
-
-
-def _options_dict(options: Any) -> dict[str, Any]:
-    return config_dict(options) if options is not None else {}
 
 
 def subsample(data: TaskData, max_queries: int | None, seed: int) -> TaskData:
@@ -175,11 +152,6 @@ def _sample_size(max_queries: int | None, n_test: int) -> int | None:
     warnings.warn(f"--max-queries {max_queries:,} >= the {n_test:,} test queries: evaluating all of them "
                   "(recorded as a full run)", stacklevel=2)
     return None
-
-
-def _task_key(task: str, variant: Variant) -> str:
-    """The task and variant as a RunRecord names them (``RunRecord.task_key``)."""
-    return task if variant.label in ("", "original") else f"{task}~{variant.label}"
 
 
 def apply_variant(data: TaskData, variant: Variant, seed: int, source: Task | None = None) -> TaskData:
@@ -225,7 +197,7 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     if opts.scan != "cpu":
         _require_torch_scan(opts.scan)
     task_sets, ranker_sets = split_sets(opts.sets)
-    from rbench.engine.rerank import FIRST_PREFIX, make_rerank_plan
+    from rbench.run.rerank import FIRST_PREFIX, make_rerank_plan
 
     first_sets = {k[len(FIRST_PREFIX):]: v for k, v in ranker_sets.items() if k.startswith(FIRST_PREFIX)}
     ranker_sets = {k: v for k, v in ranker_sets.items() if not k.startswith(FIRST_PREFIX)}
@@ -264,10 +236,27 @@ def make_plan(opts: RunOptions, world: World | None = None) -> RunPlan:
     elif task.family.test_only(spec, task_options):
         for name, stage_cls, stage_config in stages:
             _require_no_training(name, stage_cls, stage_config, task)
+    strategy = choose(RunSettings(**settings), rerank, is_embedding_ranker(ref.instance or cls), ref.name, variant)
     return RunPlan(task=task, task_options=task_options, ranker=ref.name, ranker_cls=cls,
                    ranker_config=config, variant=variant, world=world, rerank=rerank,
-                   ranker_source=ref.source, ranker_obj=ref.instance, source=source,
+                   ranker_source=ref.source, ranker_obj=ref.instance, source=source, strategy=strategy,
                    **{**settings, "results_dir": Path(opts.results_dir)})
+
+
+def choose(settings: RunSettings, rerank: RerankPlan | None, embedding: bool, name: str,
+           variant: Variant) -> Strategy:
+    """The run's scoring strategy, chosen once (``rbench.run.strategies``): the ranker's own
+    (``single``), or a two-stage run whose stage 1 is its ranker's own strategy (never an ANN
+    measurement; Ray shards only for an embedding stage 1), a run file, or none ('all')."""
+    if rerank is None:
+        return single(settings, embedding, name)
+    first = None
+    if rerank.ranker_cls is not None and rerank.depth is not None:
+        first_embedding = is_embedding_ranker(rerank.ranker_cls)
+        first_settings = dataclasses.replace(settings, ann=None,
+                                             ray_shards=settings.ray_shards if first_embedding else None)
+        first = single(first_settings, first_embedding, rerank.stage_name)
+    return TwoStage(rerank, first, Scan(settings.batch_size, settings.chunk_size), variant.label, settings.seed)
 
 
 def _check_ranker_name(name: str) -> None:
@@ -381,183 +370,101 @@ def _leave(owned: bool) -> None:
 # --------------------------------------------------------------------------------------------
 
 
-def run(opts: RunOptions, progress: Progress = _no_progress) -> RunOutcome | None:
+def run(opts: RunOptions, progress: Progress = no_progress) -> RunOutcome | None:
     """Plan and execute one run (None on the processes of a launched run other than process 0)."""
     return execute(make_plan(opts), progress)
 
 
-def execute(plan: RunPlan, progress: Progress = _no_progress) -> RunOutcome | None:
-    """Carry out ``plan``: load, vary, subsample, fit, score, record. Returns None on the
-    processes of a launched run other than process 0 (they only fit)."""
-    spec, world = plan.spec, plan.world
-    if plan.write and world.main:  # the exact folder the record goes to, before any work
-        target = record_path(plan.results_dir, spec.scenario, _task_key(spec.name, plan.variant), plan.ranker, "")
-        ensure_writable(target.parent)
-        remove_stale(target.parent)  # temporaries of killed runs (a live writer's are younger: kept)
+def execute(plan: RunPlan, progress: Progress = no_progress) -> RunOutcome | None:
+    """Carry out ``plan``, one step after the other: resolve the ranker -> the record's slot ->
+    load / vary / sample -> fit -> ``plan.strategy.score`` -> measures -> the RunRecord -> write.
+    Returns None on the processes of a launched run other than process 0 (they only fit)."""
+    world = plan.world
+    writes = plan.write and world.main
     context = RunContext(cache_dir=paths.cache_dir(), seed=plan.seed, show_progress=world.main)
-    ranker = plan.ranker_obj if plan.ranker_obj is not None else \
-        build_ranker(plan.ranker_cls, plan.ranker_config, context, plan.ranker)
-    if plan.write and world.main:  # the record's own path, as far as it is known before loading
-        _require_record_slot(plan, _identity(plan, ranker, context, plan.max_queries))
+    ranker = _ranker(plan, context, writes)
+    slot = RecordSlot.of(plan, identity(plan, ranker, context))
+    if writes:  # the record's own path, as far as it is known before loading
+        slot.require_file()
     owned = _join(world) if world.launched else False
+    data, max_queries, load_s = _load(plan, progress)
+    rss = {"load": peak_rss_bytes()}  # the process's peak so far after each phase (ru_maxrss only grows)
+    slot = slot.sampled(plan, max_queries)  # a sample as large as the test split is a full run
+    if writes:
+        slot.require_file()
+        kept = _existing(plan, slot, data.fingerprint, data.info.get("source_fingerprint"), ranker) \
+            if plan.overwrite != "always" else None
+        if kept is not None:
+            return kept
+    compile_s = _prepare(plan, ranker, data)
+    fit_s = _fit(plan, ranker, data, progress)
+    rss["fit"] = peak_rss_bytes()
+    if world.launched:
+        _leave(owned)
+        if not world.main:
+            return None
+    measures = record_measures(plan.measures)
+    # the engine keeps more than the run file's --topk lines: the tied candidates its lines need
+    job = Job(plan.ranker, run_width(plan.topk, data.test), context, progress, measures)
+    scored = plan.strategy.score(ranker, data, job)
+    rss["score"] = peak_rss_bytes()
+    values = per_query(scored.result.ranks, data.test.grades, measures)
+    record = make_record(plan, ranker, data, scored, values, slot, Measured(load_s, fit_s, compile_s, rss, max_queries))
+    path = write(plan, record, slot, data, scored, values) if plan.write else None
+    result = scored.result  # the top-k as asked for (the engine kept the run file's wider one)
+    result.topk_index, result.topk_score = result.topk_index[:, : plan.topk], result.topk_score[:, : plan.topk]
+    return RunOutcome(record=record, path=path, per_query=values, result=result)
 
+
+def _ranker(plan: RunPlan, context: RunContext, writes: bool) -> Any:
+    """The plan's ranker, built (or the ready-made object); the record's folder is checked
+    first, before any work."""
+    if writes:  # the exact folder the record goes to
+        folder = RecordSlot.of(plan, {}).path.parent
+        ensure_writable(folder)
+        remove_stale(folder)  # temporaries of killed runs (a live writer's are younger: kept)
+    if plan.ranker_obj is not None:
+        return plan.ranker_obj
+    return build_ranker(plan.ranker_cls, plan.ranker_config, context, plan.ranker)
+
+
+def _load(plan: RunPlan, progress: Progress) -> tuple[TaskData, int | None, float]:
+    """The task's data as the run evaluates it (the variant, the test sample), the sample as run
+    and the seconds it took."""
     t0 = time.perf_counter()
-    step = progress(f"loading {spec.name}", 1)
+    step = progress(f"loading {plan.spec.name}", 1)
     data = load(plan.task, plan.task_options, seed=plan.seed)
     data = apply_variant(data, plan.variant, plan.seed, plan.source)
     max_queries = _sample_size(plan.max_queries, len(data.test))
     data = subsample(data, max_queries, plan.seed)
     load_s = time.perf_counter() - t0
-    rss = {"load": peak_rss_bytes()}  # the process's peak so far after each phase (ru_maxrss only grows)
     step(1)
-    if plan.write and world.main and max_queries != plan.max_queries:  # the sample changed the file's name
-        _require_record_slot(plan, _identity(plan, ranker, context, max_queries))
-    if plan.write and world.main and plan.overwrite != "always":
-        kept = _existing(plan, _identity(plan, ranker, context, max_queries), data.fingerprint,
-                         data.info.get("source_fingerprint"), ranker)
-        if kept is not None:
-            return kept
+    return data, max_queries, load_s
 
+
+def _prepare(plan: RunPlan, ranker: Any, data: TaskData) -> float:
+    """What must hold before the fit, and the engine's kernels this run's scoring calls, compiled
+    before any timer (a fit may evaluate on valid): the fused scan only for a scan large enough to
+    pay for its compile, rbench's GEMM only for a ranker that scores by vectors
+    (``rbench.engine.fused.scan_pays``). Returns the compile seconds."""
     if plan.rerank is None and data.test.candidates is None:  # refused before the fit, not after
         require_one_call(plan.ranker, bool(getattr(ranker, "set_dependent", False)), len(data.pool), plan.chunk_size)
-    # the engine's kernels this run's scoring calls, before any timer (a fit may evaluate on valid):
-    # the fused scan only for a scan large enough to pay for its compile, rbench's GEMM only for
-    # a ranker that scores by vectors (rbench.engine.fused.scan_pays)
     width = data.test.candidates.shape[1] if data.test.candidates is not None else len(data.pool)
-    compile_s = fused.warmup(scan=fused.scan_pays(len(data.test), width), gemm=is_embedding_ranker(ranker))
+    return fused.warmup(scan=fused.scan_pays(len(data.test), width), gemm=is_embedding_ranker(ranker))
+
+
+def _fit(plan: RunPlan, ranker: Any, data: TaskData, progress: Progress) -> float:
+    """Fit the ranker on the data without the test labels; the seconds it took."""
     view = data.for_fit()  # a copy without the test labels (the runner keeps ``data``), made before the timer
     t0 = time.perf_counter()
     step = progress(f"fitting {plan.ranker}", 1)
     ranker.fit(view)
     fit_s = time.perf_counter() - t0
-    rss["fit"] = peak_rss_bytes()
     step(1)
-    if world.launched:
-        _leave(owned)
-        if not world.main:
-            return None
-
-    rerank_info, dropped = None, {}
-    # the engine keeps more than the run file's --topk lines: the tied candidates its lines need (rbench.engine.runfile)
-    # (set on a copy, not through ``dataclasses.replace``: the width may pass --topk's user-facing
-    # cap, which ``__post_init__`` checks, and the plan was validated once already)
-    wide = copy.copy(plan)
-    object.__setattr__(wide, "topk", run_width(plan.topk, data.test))
-    if plan.rerank is not None:  # the two-stage protocol: exact full-pool ranks (rbench.engine.rerank)
-        from rbench.engine import rerank
-
-        result, rerank_info, dropped = rerank.score(wide, ranker, data, context, progress, score)
-        ann_info = None
-    else:
-        result, ann_info = score(wide, ranker, data, progress)
-    rss["score"] = peak_rss_bytes()
-    values = per_query(result.ranks, data.test.grades, record_measures(plan.measures))
-    metrics = {**aggregate(values), **aggregate(dropped)}
-
-    ranker_cfg = ranker.config
-    task_opts = _options_dict(plan.task_options)
-    diff = _identity(plan, ranker, context, max_queries)
-    chash = config_hash(diff) if diff else ""
-    first_rank = np.minimum.reduceat(result.ranks.values, result.ranks.offsets[:-1])
-    record = RunRecord(
-        task=spec.name,
-        variant=plan.variant.label,
-        scenario=spec.scenario,
-        task_fingerprint=data.fingerprint,
-        ranker={"name": plan.ranker, "version": getattr(ranker, "version", ""), "config": ranker_cfg,
-                "source_sha256": source_digest(type(ranker)),
-                **({"source": plan.ranker_source} if plan.ranker_source != "entry-point" else {}),
-                **({"label": ranker.label} if isinstance(getattr(ranker, "label", None), str) else {})},
-        seed=plan.seed,
-        n_queries=len(data.test),
-        metrics=metrics,
-        timings={"load_s": round(load_s, 4), "fit_s": round(fit_s, 4),
-                 "index_s": round(result.timings.get("index_s", 0.0), 4),
-                 "score_s": round(result.timings["score_s"], 4),
-                 "per_query_ms": round(result.timings["per_query_ms"], 4),
-                 "compile_s": round(compile_s + result.timings.get("compile_s", 0.0), 4)},
-        peak_rss_bytes=peak_rss_bytes(),
-        peak_rss_by_phase=rss,
-        git_commit=git_commit(),
-        created=now_iso(),
-        task_options=task_opts,
-        run_options={"max_queries": max_queries, "batch_size": plan.batch_size,
-                     "chunk_size": plan.chunk_size, "non_default": diff,
-                     **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
-                     **({"scan": plan.scan, "scan_precision": plan.scan_precision} if plan.scan != "cpu" else {}),
-                     **({"world_size": world.size} if world.size > 1 else {})},
-        task_info={**data.info, "pool_size": len(data.pool), "n_train": len(data.train),
-                   "n_valid": len(data.valid), "mean_ranked": float(result.n_ranked.mean())},
-        ranker_info={**dict(getattr(ranker, "info", {}) or {}), **({"ann": ann_info} if ann_info else {})},
-        machine=machine_info(),
-        config_hash=chash,
-        rerank=rerank_info or {},
-    )
-    record.per_query = per_query_table(data.test.ids, values, first_rank)
-    path = None
-    if plan.write:
-        path = record_path(plan.results_dir, spec.scenario, record.task_key, plan.ranker, chash)
-        run_file = None
-        if plan.topk > 0:
-            try:
-                run_file = run_file_bytes(data.test, data.pool.ids, result, plan.topk, run_tag(record))
-            except RBenchError as exc:  # an id a TREC line cannot hold (a task imported before ids were checked)
-                warnings.warn(f"no run file: {exc}", stacklevel=2)
-        write_run(record, path, per_query_bytes(data.test.ids, values, first_rank), run_file)
-    # the top-k as asked for (the engine kept the run file's wider one)
-    result.topk_index, result.topk_score = result.topk_index[:, : plan.topk], result.topk_score[:, : plan.topk]
-    return RunOutcome(record=record, path=path, per_query=values, result=result)
+    return fit_s
 
 
-def record_measures(extra: tuple[str, ...]) -> tuple[str, ...]:
-    """What a RunRecord's metrics hold: the paper's defaults (``RECORD_MEASURES``, always, first,
-    so a default record's bytes do not depend on what else was asked for) and then each requested
-    measure (canonical names, ``RunSettings.measures``) that is not one of them."""
-    return RECORD_MEASURES + tuple(m for m in extra if m not in RECORD_MEASURES)
-
-
-def _require_record_slot(plan: RunPlan, diff: dict[str, Any]) -> None:
-    """Refuse, before the work, a RunRecord path that cannot be a file: a folder (or anything
-    but a regular file) standing where the record goes would fail only at the final rename,
-    after the whole run."""
-    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
-                       config_hash(diff) if diff else "")
-    if path.exists() and not path.is_file():
-        kind = "a folder" if path.is_dir() else "not a regular file"
-        raise RBenchError(f"the RunRecord {path} is {kind}: move it away (a record is a file)")
-
-
-def _default_config(plan: RunPlan, context: RunContext) -> dict[str, Any]:
-    """What a default-built ranker of the plan's class reports (a ready-made object whose class
-    cannot be built without arguments has no defaults to compare with: all of its config counts)."""
-    try:
-        return default_config(plan.ranker_cls, context)
-    except Exception:
-        if plan.ranker_obj is None:
-            raise
-        return {}
-
-
-def _identity(plan: RunPlan, ranker: Any, context: RunContext, max_queries: int | None) -> dict[str, Any]:
-    """The run's identity: its options that differ from the defaults, read from the protocol's
-    ``config`` (any plugin has one), compared with what a default-built ranker reports; the task
-    options, sample, seed and rerank spec likewise. Its hash names the RunRecord file."""
-    task_opts = _options_dict(plan.task_options)
-    diff = {"ranker": non_default(plain_config(ranker.config), plain_config(_default_config(plan, context))),
-            "task": non_default(task_opts, _options_dict(type(plan.task_options)()) if task_opts else {}),
-            "max_queries": max_queries, "seed": plan.seed,
-            # the torch scan's scores are not the engine's bits: its record never stands for the CPU one
-            "scan": f"{plan.scan}/{plan.scan_precision}" if plan.scan != "cpu" else None}
-    if plan.rerank is not None:  # a rerank run never shares a plain run's row or file
-        from rbench.core.hashing import file_sha256
-        from rbench.engine.rerank import identity
-
-        rf = plan.rerank.run_file
-        diff["rerank"] = identity(plan.rerank, context, file_sha256(rf) if rf is not None else "")
-    return {k: v for k, v in diff.items() if v not in ({}, None, 0)}
-
-
-def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
+def _existing(plan: RunPlan, slot: RecordSlot, fingerprint: str,
               source_fingerprint: str | None = None, ranker: Any = None) -> RunOutcome | None:
     """The RunRecord this run would write, kept as it is when ``plan.overwrite`` says so
     (``never``: whenever it exists; ``only-missing``: when the ranker's version, source digest
@@ -566,9 +473,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     ``--measure``: a record written before the digest or the protocol was recorded, or one lacking
     a requested measure, is run again, which rewrites it with the defaults and the measures asked
     for); None: run."""
-
-    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
-                       config_hash(diff) if diff else "")
+    path = slot.path
     if not path.is_file():
         return None
     if plan.overwrite == "never":
@@ -580,7 +485,7 @@ def _existing(plan: RunPlan, diff: dict[str, Any], fingerprint: str,
     same = (rec.task_fingerprint == fingerprint and rec.protocol == PROTOCOL_VERSION
             and _same_ranker(rec.ranker, ranker)
             and rec.task_info.get("source_fingerprint") == source_fingerprint
-            and canonical_json(rec.run_options.get("non_default") or {}) == canonical_json(diff)
+            and canonical_json(rec.run_options.get("non_default") or {}) == canonical_json(slot.diff)
             # what this run would add and the record lacks (a run file, an ANN measurement): run
             and (bool(rec.run_file) or plan.topk == 0)
             and (plan.ann is None or (rec.ranker_info.get("ann") or {}).get("backend") == plan.ann)
@@ -600,94 +505,3 @@ def _same_ranker(recorded: dict[str, Any], ranker: Any) -> bool:
     return (str(recorded.get("version", "")) == str(getattr(ranker, "version", ""))
             and recorded.get("source_sha256") == source_digest(type(ranker))
             and canonical_json(plain_config(recorded.get("config") or {})) == canonical_json(plain_config(ranker.config)))
-
-
-# --------------------------------------------------------------------------------------------
-# scoring: one road, two modes, one side measurement
-# --------------------------------------------------------------------------------------------
-
-
-def score(plan: RunPlan, ranker: Any, data: TaskData,
-          progress: Progress = _no_progress) -> tuple[EvalResult, dict[str, Any] | None]:
-    """Rank the test queries against the pool: the engine's result and the ANN measurement (None
-    unless ``plan.ann``).
-
-    A ranker with its own ``score`` is scanned by the engine through it. An embedding ranker's
-    candidate vectors (checked once) and query vectors (encoded once, in the engine's batches) are
-    computed here and handed to the mode: one process, or ``plan.ray_shards`` Ray tasks
-    (bit-identical results); the ANN measurement reads the same matrices. Timings: ``index_s`` is
-    the candidate encoding, ``score_s`` the query encoding plus the scan."""
-    test, pool = data.test, data.pool
-    desc = f"{plan.ranker} on {plan.spec.name}"
-    if not is_embedding_ranker(ranker):
-        for wanted, flag in ((plan.ray_shards, "--ray-shards"), (plan.ann, "--ann"), (plan.scan != "cpu", "--scan")):
-            if wanted:
-                raise RBenchError(f"{flag} needs an embedding ranker; {plan.ranker!r} scores with its own score()")
-        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
-                          topk=plan.topk, progress=progress(desc, len(test)))
-        return result, None
-    if plan.ray_shards and test.candidates is not None:
-        raise RBenchError("--ray-shards splits a shared pool; this task gives each query its own candidate list")
-    t0 = time.perf_counter()  # (execute warmed the engine's kernels up before any timer)
-    emb = encode_pool(ranker, pool)
-    index_s = time.perf_counter() - t0
-    t0 = time.perf_counter()
-    qv = encode_queries(ranker, test, emb.shape[1], plan.batch_size,
-                        progress(f"{plan.ranker}: encoding {len(test):,} queries", len(test)))
-    tick = progress(desc, len(test))
-    if plan.ray_shards:
-        result = _on_ray(plan, emb, qv, test)
-        tick(len(test))
-    elif plan.scan != "cpu":  # torch on a GPU, or on the CPU as its twin (rbench.engine.torch_scan)
-        from rbench.engine.torch_scan import evaluate_dense_torch
-
-        result = evaluate_dense_torch(emb, qv, test, topk=plan.topk, chunk_size=plan.chunk_size,
-                                      batch_size=plan.batch_size, device="cuda" if plan.scan == "cuda" else "cpu",
-                                      precision=plan.scan_precision, name=ranker.name)
-        tick(len(test))
-    else:
-        result = evaluate(ranker, test, pool, batch_size=plan.batch_size, chunk_size=plan.chunk_size,
-                          topk=plan.topk, progress=tick,
-                          scorer=vector_scorer(emb, qv, test, ranker.name, pool_checked=True))
-    score_s = time.perf_counter() - t0
-    result.timings = {"index_s": index_s, "score_s": score_s, "per_query_ms": 1000.0 * score_s / max(len(test), 1),
-                      "compile_s": result.timings.get("compile_s", 0.0)}
-    return result, (_measure_ann(plan, emb, qv, test) if plan.ann else None)
-
-
-def _on_ray(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> EvalResult:
-    """Ray mode (``rbench.engine.distributed``): the candidate matrix goes to the workers as a file (its
-    own memory-mapped ``.npy`` or sharded directory; otherwise written once under RBENCH_HOME,
-    which must be shared storage on a cluster), the query vectors as an array."""
-    import tempfile
-
-    from rbench.engine.distributed import evaluate_sharded
-    from rbench.engine.sharded import ShardedArray
-
-    scratch = paths.harness_dir("ray")
-    scratch.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=scratch) as tmp:
-        if isinstance(emb, ShardedArray):
-            source = str(emb.directory)
-        elif isinstance(emb, np.memmap) and emb.filename and emb.offset == np.load(emb.filename, mmap_mode="r").offset \
-                and np.load(emb.filename, mmap_mode="r").shape == emb.shape:
-            source = str(emb.filename)
-        else:
-            source = str(Path(tmp) / "pool.npy")
-            out = np.lib.format.open_memmap(source, mode="w+", dtype=np.float32, shape=emb.shape)
-            for a in range(0, emb.shape[0], 262144):
-                out[a : a + 262144] = np.asarray(emb[a : a + 262144], dtype=np.float32)
-            out.flush()
-            del out
-        return evaluate_sharded(source, qv, test, plan.ray_shards, topk=plan.topk, batch_size=plan.batch_size,
-                                chunk_size=plan.chunk_size)
-
-
-def _measure_ann(plan: RunPlan, emb: Any, qv: np.ndarray, test: Any) -> dict[str, Any]:
-    """A faiss index over the candidate vectors, measured on <= 1000 of the test queries."""
-    from rbench.engine import ann
-
-    rows = np.arange(len(test))
-    if len(rows) > 1000:
-        rows = np.sort(np.random.default_rng(plan.seed).choice(rows, size=1000, replace=False))
-    return ann.measure(emb, qv[rows], [test.positives[int(i)] for i in rows], plan.ann, seed=plan.seed)

@@ -183,7 +183,7 @@ def test_run_settings_declare_their_ranges():
                                       ("9" * 10_000, "at most 100,000 (or 'all'), got a 10,000-digit number"),
                                       ("²", "a whole number >= 1 or 'all'")])
 def test_rerank_depth_is_capped(raw, says):
-    from rbench.engine.rerank import MAX_DEPTH, parse_depth
+    from rbench.run.rerank import MAX_DEPTH, parse_depth
 
     with pytest.raises(RBenchError) as info:
         parse_depth(raw, 100)

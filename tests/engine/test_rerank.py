@@ -1,4 +1,4 @@
-"""The two-stage rerank protocol (rbench.engine.rerank): exact full-pool metrics equal an independent
+"""The two-stage rerank protocol (rbench.run.rerank): exact full-pool metrics equal an independent
 recomputation from the two stages' scores; the tail-dropped values; the stage-1 cache; a TREC run
 file as stage 1; the exhaustive budget; ``rbench run --rerank-from/--rerank-depth`` end to end."""
 
@@ -13,11 +13,13 @@ import pytest
 
 from rbench.api import Ragged, TaskData
 from rbench.core.errors import DataError, RBenchError
-from rbench.engine import rerank
+from rbench.core.settings import RunSettings
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
-from rbench.run.runner import RunOptions, make_plan
-from rbench.run.runner import score as run_score
+from rbench.run import rerank
+from rbench.run.recording import record_measures
+from rbench.run.runner import RunOptions, choose, make_plan
+from rbench.run.strategies import Job
 from rbench.tasks.pools import parse_variant
 from tests.helpers import TableRanker, cli, make_pool, make_queries, one_line
 
@@ -69,7 +71,16 @@ def _data(seed: int = 0, small: bool = False, n: int = N_POOL) -> TaskData:
 def _plan(S: type, depth: int | None, variant: str = "original", **kw):
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", variant=variant, write=False))
     rp = rerank.RerankPlan(S.name, depth, ranker=S.name, ranker_cls=S, ranker_config=None, **kw)
-    return dataclasses.replace(plan, rerank=rp, ranker="table-r", batch_size=5)
+    plan = dataclasses.replace(plan, rerank=rp, ranker="table-r", batch_size=5)
+    settings = RunSettings(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(RunSettings)})
+    return dataclasses.replace(plan, strategy=choose(settings, rp, False, "table-r", plan.variant))
+
+
+def _score(plan, ranker, data):
+    """The plan's strategy on ``data`` (as ``execute`` calls it): result, rerank entry, dropped values."""
+    job = Job(plan.ranker, plan.topk, None, _no_progress, record_measures(plan.measures))
+    scored = plan.strategy.score(ranker, data, job)
+    return scored.result, scored.rerank, scored.dropped
 
 
 def _no_progress(_d, _t):
@@ -114,7 +125,7 @@ def test_protocol_equals_recomputation(small, depth):
     s, r = _tables(1)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     plan = _plan(S, depth)
-    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress, run_score)
+    result, info, dropped = _score(plan, R(), data)
     exact, exp_dropped, ranks = _recompute(data, s, r, depth)
     _check(per_query(result.ranks, data.test.grades), exact)
     np.testing.assert_array_equal(result.ranks.values, ranks.values)
@@ -131,7 +142,7 @@ def test_outside_positive_keeps_stage1_rank_and_dropped_differs():
     s, r = _tables(2)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     depth = 5
-    result, info, dropped = rerank.score(_plan(S, depth), R(), data, None, _no_progress, run_score)
+    result, info, dropped = _score(_plan(S, depth), R(), data)
     stage1 = evaluate(S(), data.test, data.pool, topk=0)
     outside = stage1.ranks.values > depth
     assert outside.any() and info["positives_outside"] == int(outside.sum())
@@ -148,18 +159,18 @@ def test_stage1_cache_hit_and_keys():
     data = _data()
     s, r = _tables(3)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
-    first = rerank.score(_plan(S, 10), R(), data, None, _no_progress, run_score)
+    first = _score(_plan(S, 10), R(), data)
     assert S.fits == 1 and first[1]["cached"] is False
-    second = rerank.score(_plan(S, 10), R(), data, None, _no_progress, run_score)
+    second = _score(_plan(S, 10), R(), data)
     assert S.fits == 1 and second[1]["cached"] is True  # no fit, no scan the second time
     np.testing.assert_array_equal(first[0].ranks.values, second[0].ranks.values)
-    rerank.score(_plan(S, 11), R(), data, None, _no_progress, run_score)  # another depth: another entry
+    _score(_plan(S, 11), R(), data)  # another depth: another entry
     assert S.fits == 2
     # a variant (its own pool, its own label) is its own entry, and exact on that pool
     vdata = _data(seed=0, n=80)
     s2, r2 = _tables(3, n=80)
     S2, R2 = _table_class(s2, "table-s"), _table_class(r2, "table-r")
-    res, info, _ = rerank.score(_plan(S2, 10, variant="mixed"), R2(), vdata, None, _no_progress, run_score)
+    res, info, _ = _score(_plan(S2, 10, variant="mixed"), R2(), vdata)
     assert info["cached"] is False
     _check(per_query(res.ranks, vdata.test.grades), _recompute(vdata, s2, r2, 10)[0])
     assert parse_variant("mixed").label != "original"
@@ -189,7 +200,7 @@ def test_run_file_stage1(tmp_path, gz):
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", write=False, rerank_from=f"run:{run}",
                                 rerank_depth="8"))
     plan = dataclasses.replace(plan, ranker="table-r", batch_size=5)
-    result, info, dropped = rerank.score(plan, R(), data, None, _no_progress, run_score)
+    result, info, dropped = _score(plan, R(), data)
     exact, exp_dropped, ranks = _recompute(data, None, r, 8, file_lists=lists)
     np.testing.assert_array_equal(result.ranks.values, ranks.values)
     _check(per_query(result.ranks, data.test.grades), exact)
@@ -204,10 +215,10 @@ def test_run_file_errors(tmp_path):
     bad = tmp_path / "bad.run"
     bad.write_text("q0 Q0 d1 1 0.5 t\nq0 Q0 nope 2 0.4 t\n")
     with pytest.raises(DataError, match=r"bad\.run, line 2: document 'nope' is not in the task's pool"):
-        rerank.read_run_file(bad, data, 5, plan)
+        rerank.read_run_file(bad, data, 5, plan.batch_size, plan.chunk_size)
     bad.write_text("q0 Q0 d1 1 0.5\n")
     with pytest.raises(DataError, match="line 1: expected 6 fields"):
-        rerank.read_run_file(bad, data, 5, plan)
+        rerank.read_run_file(bad, data, 5, plan.batch_size, plan.chunk_size)
     with pytest.raises(RBenchError, match="no such run file"):
         make_plan(RunOptions(ranker="pop", task="ml-100k", rerank_from=f"run:{tmp_path / 'missing.run'}"))
 
@@ -218,14 +229,13 @@ def test_exhaustive_budget():
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     pairs = N_Q * N_POOL
     with pytest.raises(RBenchError, match=rf"scores {pairs:,} pairs: about .* pairs/s on a warm-up .*--force"):
-        rerank.score(_plan(S, None, pair_budget=pairs - 1), R(), data, None, _no_progress, run_score)
+        _score(_plan(S, None, pair_budget=pairs - 1), R(), data)
     with pytest.warns(UserWarning, match="--force"):
-        result, info, dropped = rerank.score(_plan(S, None, pair_budget=pairs - 1, force=True), R(), data, None,
-                                             _no_progress, run_score)
+        result, info, dropped = _score(_plan(S, None, pair_budget=pairs - 1, force=True), R(), data)
     plain = evaluate(R(), data.test, data.pool, topk=0)
     np.testing.assert_array_equal(result.ranks.values, plain.ranks.values)
     assert info["depth"] == "all" and info["pairs_scored"] == pairs and dropped == {}
-    result, _, _ = rerank.score(_plan(S, None, pair_budget=pairs), R(), data, None, _no_progress, run_score)  # within budget
+    result, _, _ = _score(_plan(S, None, pair_budget=pairs), R(), data)  # within budget
 
 
 def test_plan_validation():

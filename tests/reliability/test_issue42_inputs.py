@@ -81,7 +81,7 @@ def test_a_run_file_reads_the_same_with_a_bom_or_crlf(tmp_path, how):
 def test_a_bom_run_file_gives_the_same_stage_1(tmp_path):
     """The issue's case end to end through the rerank reader: the first line holds a positive."""
     from rbench.api import TaskData
-    from rbench.engine import rerank
+    from rbench.run import rerank
     from rbench.run.runner import RunOptions, make_plan
 
     pool, queries = make_pool(30), make_queries([[1], [2, 3], [4]])
@@ -90,7 +90,7 @@ def test_a_bom_run_file_gives_the_same_stage_1(tmp_path):
     plain, bom = tmp_path / "plain.run", tmp_path / "bom.run"
     plain.write_text(RUN)
     bom.write_bytes(b"\xef\xbb\xbf" + RUN.encode())
-    a, b = rerank.read_run_file(plain, data, 5, plan), rerank.read_run_file(bom, data, 5, plan)
+    a, b = rerank.read_run_file(plain, data, 5, plan.batch_size, plan.chunk_size), rerank.read_run_file(bom, data, 5, plan.batch_size, plan.chunk_size)
     np.testing.assert_array_equal(a.ranks, b.ranks)
     assert a.ranks[0] == 1  # q0's positive d1 is ranked first by the file's first line
 

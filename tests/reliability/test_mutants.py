@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 
 from rbench.api import TaskData
-from rbench.engine import rerank
 from rbench.engine.evaluate import evaluate
+from rbench.run import rerank
 from tests.helpers import TableRanker, make_pool, make_queries
 
 # ------------------------------------------------------------------------------------------
@@ -68,14 +68,13 @@ def test_first_stage_recall_is_the_fraction_of_positives_inside_the_depth():
     """r2: ``first_stage_recall@depth`` is the mean over queries of the fraction of each query's
     positives inside stage 1's top-N (recall), not the share of queries with any inside."""
     from rbench.engine.evaluate import evaluate as engine_evaluate
-    from rbench.run.runner import score as run_score
-    from tests.engine.test_rerank import _data, _no_progress, _plan, _table_class, _tables
+    from tests.engine.test_rerank import _data, _plan, _score, _table_class, _tables
 
     data = _data()
     s, r = _tables(2)
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     depth = 5
-    _, info, _ = rerank.score(_plan(S, depth), R(), data, None, _no_progress, run_score)
+    _, info, _ = _score(_plan(S, depth), R(), data)
     stage1 = engine_evaluate(S(), data.test, data.pool, topk=0)
     inside = (stage1.ranks.values <= depth).astype(float)
     per_q = np.add.reduceat(inside, data.test.positives.offsets[:-1]) / data.test.positives.lengths()
@@ -123,7 +122,8 @@ def test_same_ranker_needs_the_same_source_digest():
 def _write_record(tmp_path, *, fingerprint="fp", version=None, non_default=None, run_file="", topk=0, at=None):
     import rbench
     from rbench.results.record import RunRecord, config_hash, per_query_bytes, record_path, write_run
-    from rbench.run.runner import RunOptions, _task_key, make_plan
+    from rbench.run.recording import task_key
+    from rbench.run.runner import RunOptions, make_plan
 
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", results_dir=tmp_path, overwrite="only-missing",
                                 topk=topk))
@@ -135,7 +135,7 @@ def _write_record(tmp_path, *, fingerprint="fp", version=None, non_default=None,
                     metrics={"nDCG@10": 0.5, "RR": 0.5, "R@10": 1.0, "R@100": 1.0}, timings={}, peak_rss_bytes=0,
                     rbench_version=version or rbench.__version__, task_info={},
                     run_options={"non_default": non_default or {}}, run_file=run_file, **stale)
-    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker,
+    path = record_path(plan.results_dir, plan.spec.scenario, task_key(plan.spec.name, plan.variant), plan.ranker,
                        config_hash(at) if at else "")
     values = {m: np.array([0.5, 0.5]) for m in ("nDCG@10", "RR", "R@10", "R@100")}
     write_run(rec, path, per_query_bytes(np.array(["q0", "q1"]), values, np.ones(2, dtype=int)))
@@ -144,39 +144,43 @@ def _write_record(tmp_path, *, fingerprint="fp", version=None, non_default=None,
 
 def test_only_missing_reruns_on_other_data(tmp_path):
     """s1: a record of another task fingerprint (other data) is run again."""
+    from rbench.run.recording import RecordSlot
     from rbench.run.runner import _existing
 
     plan = _write_record(tmp_path)
-    assert _existing(plan, {}, "fp") is not None
-    assert _existing(plan, {}, "other-fp") is None
+    assert _existing(plan, RecordSlot.of(plan, {}), "fp") is not None
+    assert _existing(plan, RecordSlot.of(plan, {}), "other-fp") is None
 
 
 def test_only_missing_reruns_under_another_rbench_version(tmp_path):
     """s2: a record written by an older rbench (another version; where records carry the
     evaluation protocol, an older protocol) is run again."""
+    from rbench.run.recording import RecordSlot
     from rbench.run.runner import _existing
 
     plan = _write_record(tmp_path, version="0.0.1-old")
-    assert _existing(plan, {}, "fp") is None
+    assert _existing(plan, RecordSlot.of(plan, {}), "fp") is None
 
 
 def test_only_missing_reruns_under_other_run_options(tmp_path):
     """s6: a record whose non-default run options are not this run's is run again, even when it
     sits where this run's record would (a copied or renamed file)."""
+    from rbench.run.recording import RecordSlot
     from rbench.run.runner import _existing
 
     plan = _write_record(tmp_path, non_default={"max_queries": 12}, at={"max_queries": 12})
-    assert _existing(plan, {"max_queries": 12}, "fp") is not None
+    assert _existing(plan, RecordSlot.of(plan, {"max_queries": 12}), "fp") is not None
     plan = _write_record(tmp_path, non_default={"max_queries": 13}, at={"max_queries": 12})
-    assert _existing(plan, {"max_queries": 12}, "fp") is None
+    assert _existing(plan, RecordSlot.of(plan, {"max_queries": 12}), "fp") is None
 
 
 def test_only_missing_reruns_when_a_run_file_is_wanted_and_missing(tmp_path):
     """s7: a run that writes a run file (--topk > 0) does not keep a record without one."""
+    from rbench.run.recording import RecordSlot
     from rbench.run.runner import _existing
 
     plan = _write_record(tmp_path, topk=100)
-    assert _existing(plan, {}, "fp") is None
+    assert _existing(plan, RecordSlot.of(plan, {}), "fp") is None
 
 
 # ------------------------------------------------------------------------------------------

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rbench.api import Ragged, TaskData
-from rbench.engine import rerank
+from rbench.run import rerank
 from tests.helpers import make_pool, make_queries
 
 
@@ -42,7 +42,8 @@ def test_rerank_cache_key_depends_on_the_transfer_source_fingerprint():
 def test_only_missing_reruns_when_the_transfer_source_changed(tmp_path):
     import rbench
     from rbench.results.record import RunRecord, per_query_bytes, record_path, write_run
-    from rbench.run.runner import RunOptions, _existing, _task_key, make_plan
+    from rbench.run.recording import RecordSlot, task_key
+    from rbench.run.runner import RunOptions, _existing, make_plan
 
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", results_dir=tmp_path, overwrite="only-missing",
                                 topk=0))
@@ -51,13 +52,13 @@ def test_only_missing_reruns_when_the_transfer_source_changed(tmp_path):
                     metrics={"nDCG@10": 0.5, "RR": 0.5, "R@10": 1.0, "R@100": 1.0}, timings={}, peak_rss_bytes=0,
                     rbench_version=rbench.__version__,
                     task_info={"source_fingerprint": "src-A"}, run_options={"non_default": {}})
-    path = record_path(plan.results_dir, plan.spec.scenario, _task_key(plan.spec.name, plan.variant), plan.ranker, "")
+    path = record_path(plan.results_dir, plan.spec.scenario, task_key(plan.spec.name, plan.variant), plan.ranker, "")
     values = {m: np.array([0.5, 0.5]) for m in ("nDCG@10", "RR", "R@10", "R@100")}
     write_run(rec, path, per_query_bytes(np.array(["q0", "q1"]), values, np.ones(2, dtype=int)))
-    kept = _existing(plan, {}, "fp", "src-A")
+    kept = _existing(plan, RecordSlot.of(plan, {}), "fp", "src-A")
     assert kept is not None and kept.skipped  # same source: kept
-    assert _existing(plan, {}, "fp", "src-B") is None  # another source: run again
-    assert _existing(plan, {}, "fp", None) is None
+    assert _existing(plan, RecordSlot.of(plan, {}), "fp", "src-B") is None  # another source: run again
+    assert _existing(plan, RecordSlot.of(plan, {}), "fp", None) is None
 
 
 # 4. a record rbench.evaluate keeps (skipped) still carries its per-query metrics

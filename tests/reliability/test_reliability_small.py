@@ -20,8 +20,8 @@ import pytest
 
 import rbench
 from rbench.core.errors import DataError, RBenchError
-from rbench.engine import rerank
 from rbench.results.record import read_record, record_path, write_run
+from rbench.run import rerank
 from rbench.run.runner import RunOptions, make_plan
 from tests.helpers import cli, make_pool, make_queries, one_line
 
@@ -114,10 +114,10 @@ def test_a_run_file_listing_no_test_query_is_refused(tmp_path, content):
     run = tmp_path / "stage1.run"
     run.write_text(content)
     with pytest.raises(DataError, match=r"stage1\.run: lists none of the 3 test queries") as info:
-        rerank.read_run_file(run, data, 5, plan)
+        rerank.read_run_file(run, data, 5, plan.batch_size, plan.chunk_size)
     assert "\n" not in str(info.value)
     run.write_text("q1 Q0 d2 1 0.5 t\n")  # one evaluated query is enough
-    rerank.read_run_file(run, data, 5, plan)
+    rerank.read_run_file(run, data, 5, plan.batch_size, plan.chunk_size)
 
 
 # --------------------------------------------------------------------------------------------

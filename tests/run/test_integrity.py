@@ -309,8 +309,8 @@ def test_a_stated_tolerance_admits_small_differences_only():
 def test_the_two_stage_lists_carry_no_stand_in_positives():
     """rank_lists ranks lists without any positive as they are: no invented positive reaches the
     ranker or the ranks."""
-    from rbench.engine.rerank import rank_lists
     from rbench.engine.scorers import make_scorer
+    from rbench.run.rerank import rank_lists
 
     queries, pool = _shared_task()
     table = _table()
