@@ -7,6 +7,11 @@
 # installed into /tmp/site when present. Everything it prints, and the results, go to $OUT
 # (default /tmp/device_check). Each step has its own timeout: at most about 11 minutes in all.
 # Without CUDA the CUDA tests are skipped and the benchmark measures the CPU sizes: it still ends.
+#   bash benchmarks/device_check.sh certified   (issue 44 item 3, about 4 minutes on one H100/H200;
+# give it timeout_s 540): only the certified low-precision scan: its tests, then
+# benchmarks/gpu_scale.py at a quarter of Rec-Clothing's queries (46,482 x 6,805,462 x d=1024; the
+# full-scale time is projected in the table) for fp32, bf16-certified and tf32-certified, checked
+# against the fp32 reference on 16 sampled queries; writes benchmarks/results/gpu_scale_certified.md.
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/device_check}"
@@ -53,6 +58,13 @@ except ImportError as exc:
     print("numba missing:", exc)
 import rbench.engine.evaluate, rbench.engine.torch_scan; print("rbench", rbench.__version__, "imports")
 '
+if [ "${1:-}" = certified ]; then
+  step pytest-certified 90 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_certified.py
+  step gpu-scale-certified 420 python3 benchmarks/gpu_scale.py --queries 46482 --out "$OUT/gpu_scale_certified.md"
+  [ -f "$OUT/gpu_scale_certified.md" ] && cp "$OUT/gpu_scale_certified.md" benchmarks/results/gpu_scale_certified.md
+  echo "=== done: status $status"
+  exit $status
+fi
 # the CUDA tests, then the whole file (CPU tests included: torch here may be another version)
 step pytest-cuda 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/engine/test_torch_scan.py
 step pytest-all 40 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_torch_scan.py

@@ -141,7 +141,7 @@ def near_targets(torch: Any, s: Any, t: Any, ok: Any, sl: Any) -> Any:
     near = torch.zeros(s.shape, dtype=torch.bool, device=s.device)
     t = torch.where(ok, t, torch.full_like(t, math.nan))  # (nan: never near)
     for j in range(t.shape[1]):
-        near |= (s - t[:, j : j + 1]).abs() <= sl
+        near |= (s - t[:, j : j + 1]).abs_() <= sl  # (one temporary block)
     return near
 
 

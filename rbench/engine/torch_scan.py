@@ -72,7 +72,7 @@ from rbench.core.errors import RankerOutputError
 from rbench.core.settings import DEFAULTS, SCAN_PRECISIONS
 from rbench.engine import certified
 from rbench.engine.evaluate import EvalResult, validate_queries
-from rbench.engine.scorers import checked_query_vectors
+from rbench.engine.scorers import Scorer, checked_query_vectors
 
 PRECISIONS = SCAN_PRECISIONS  # fp32, tf32, bf16 and their certified forms (rbench.engine.certified)
 _LOW_BITS = 4294967296  # 2^32: the key's low word holds 2^32 - 2 - pool index (index -1 .. 2^32 - 2)
@@ -148,6 +148,31 @@ def evaluate_dense_torch(
     if scan.certified:
         result.timings["rescored"] = float(scan.n_rescored)  # entries scored again in fp32
     return result
+
+
+def reference_scorer(pool_vectors: Any, query_vectors: np.ndarray, queries: Queries, device: str = "cpu",
+                     pairs_per_call: int = 1 << 26) -> Scorer:
+    """The CPU engine's scorer of the certified precisions' reference: every (query, candidate)
+    score is ``certified.exact_scores`` computed on ``device`` (row i of ``query_vectors`` belongs
+    to ``queries.ids[i]``). Slow (d multiply-adds per score outside a GEMM): the check that a
+    certified scan's ranks, counts and top-k are the reference's, on a sample of queries
+    (``tests/engine/test_certified.py``, ``benchmarks/gpu_scale.py``)."""
+    import torch
+
+    row_of = {str(q): i for i, q in enumerate(queries.ids)}
+    dev = torch.device(device)
+
+    def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
+        q = torch.from_numpy(np.asarray(query_vectors[[row_of[str(i)] for i in batch.ids]], dtype=np.float32))
+        c = torch.from_numpy(np.asarray(pool_vectors[cand], dtype=np.float32)).to(dev)
+        q = q.to(dev)[:, None, :]
+        c = c[None] if cand.ndim == 1 else c
+        per = max(1, pairs_per_call // max(1, c.shape[-2] * c.shape[-1]))  # query rows per call
+        out = [certified.exact_scores(torch, q[a : a + per], c if len(c) == 1 else c[a : a + per])
+               for a in range(0, len(q), per)]
+        return torch.cat(out).cpu().numpy()
+
+    return Scorer(score, harness_scores=True)
 
 
 class _matmul_precision:

@@ -16,7 +16,6 @@ import pytest
 from rbench.engine import certified
 from rbench.engine import torch_scan as ts
 from rbench.engine.evaluate import evaluate
-from rbench.engine.scorers import Scorer
 from tests.engine.test_torch_scan import _data, _same
 from tests.helpers import make_pool, make_queries
 
@@ -26,15 +25,7 @@ CERT = ["bf16-certified", "tf32-certified"]
 
 def _reference(emb, qv, queries, topk, chunk_size=65536):
     """The CPU engine over the fp32 reference scores of every (query, candidate) pair."""
-    row_of = {str(q): i for i, q in enumerate(queries.ids)}
-
-    def score(batch, cand):
-        q = torch.from_numpy(qv[[row_of[str(i)] for i in batch.ids]])
-        c = torch.from_numpy(np.asarray(emb[cand], dtype=np.float32))
-        c = c[None] if cand.ndim == 1 else c
-        return certified.exact_scores(torch, q[:, None, :], c).numpy()
-
-    return evaluate(None, queries, make_pool(len(emb)), scorer=Scorer(score, harness_scores=True), topk=topk,
+    return evaluate(None, queries, make_pool(len(emb)), scorer=ts.reference_scorer(emb, qv, queries), topk=topk,
                     batch_size=16, chunk_size=chunk_size)
 
 
