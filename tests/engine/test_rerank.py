@@ -16,6 +16,7 @@ from rbench.core.errors import DataError, RBenchError
 from rbench.core.settings import RunSettings
 from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.results.paired import p_value
 from rbench.run import rerank
 from rbench.run.recording import record_measures
 from rbench.run.runner import RunOptions, choose, make_plan
@@ -68,10 +69,10 @@ def _data(seed: int = 0, small: bool = False, n: int = N_POOL) -> TaskData:
     return TaskData(spec=resolve("ml-100k").spec, pool=pool, train=q, valid=q, test=q)
 
 
-def _plan(S: type, depth: int | None, variant: str = "original", **kw):
+def _plan(S: type, depth: int | None, variant: str = "original", seed: int = 0, **kw):
     plan = make_plan(RunOptions(ranker="pop", task="ml-100k", variant=variant, write=False))
     rp = rerank.RerankPlan(S.name, depth, ranker=S.name, ranker_cls=S, ranker_config=None, **kw)
-    plan = dataclasses.replace(plan, rerank=rp, ranker="table-r", batch_size=5)
+    plan = dataclasses.replace(plan, rerank=rp, ranker="table-r", batch_size=5, seed=seed)
     settings = RunSettings(**{f.name: getattr(plan, f.name) for f in dataclasses.fields(RunSettings)})
     return dataclasses.replace(plan, strategy=choose(settings, rp, False, "table-r", plan.variant))
 
@@ -153,6 +154,28 @@ def test_outside_positive_keeps_stage1_rank_and_dropped_differs():
     assert (firsts > depth).any()  # some query's best positive is outside: RR-dropped is lower
     assert aggregate(dropped)["RR-dropped"] < exact["RR"]
     assert aggregate(dropped)["R@100-dropped"] < exact["R@100"]
+
+
+@pytest.mark.parametrize("small", [False, True])
+def test_two_stage_record_holds_stage1_metrics_on_the_same_queries(small):
+    """Stage 1's own metrics (S scanned alone by the engine, the same queries) and, per measure,
+    the rerank's mean change with the paired randomization test of rbench.results.paired."""
+    data = _data(small=small)
+    s, r = _tables(4)
+    S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
+    plan = _plan(S, 5, seed=7)  # the test's resamples are drawn from the run's seed
+    result, info, _ = _score(plan, R(), data)
+    measures = record_measures(())
+    first = per_query(evaluate(S(), data.test, data.pool, topk=0).ranks, data.test.grades, measures)
+    final = per_query(result.ranks, data.test.grades, measures)
+    assert info["first_stage_metrics"] == pytest.approx(aggregate(first), abs=1e-12)
+    assert set(info["vs_first_stage"]) == set(measures)
+    for m in measures:
+        got = info["vs_first_stage"][m]
+        assert got["delta"] == pytest.approx(float(np.mean(final[m] - first[m])), abs=1e-12)
+        assert got["p"] == p_value(final[m], first[m], "randomization", seed=plan.seed)
+    assert any(v["delta"] != 0 for v in info["vs_first_stage"].values())  # R changed the ranking
+    assert json.loads(json.dumps(info)) == info  # stored in the RunRecord's JSON as it is
 
 
 def test_stage1_cache_hit_and_keys():
@@ -264,6 +287,12 @@ def test_cli_end_to_end(capsys, tmp_path):
     assert rec["rerank"]["pairs_scored"] <= 50 * 20 and "first_stage_recall@depth" in rec["rerank"]
     assert {"RR", "RR-dropped", "nDCG@10-dropped"} <= set(rec["metrics"])
     assert rec["metrics"]["RR-dropped"] <= rec["metrics"]["RR"]
+    code, out, err = cli(capsys, "run", "-r", "bm25", *args[3:], "--no-write", "--json")  # stage 1 alone
+    assert code == 0, err
+    alone = json.loads(out)["metrics"]
+    assert rec["rerank"]["first_stage_metrics"] == pytest.approx({m: alone[m] for m in rec["rerank"]["first_stage_metrics"]},
+                                                                 abs=1e-12)
+    assert rec["rerank"]["vs_first_stage"]["RR"]["delta"] == pytest.approx(rec["metrics"]["RR"] - alone["RR"], abs=1e-12)
     code, out, err = cli(capsys, *args)  # a plain pop run: another file, another row
     assert code == 0, err
     plain = [p for p in (tmp_path / "large" / "ml-100k").glob("pop*.json") if p not in records]
