@@ -169,3 +169,17 @@ def test_the_precision_is_a_run_setting_and_recorded():
     from rbench.core.settings import SCAN_PRECISIONS
 
     assert set(CERT) <= set(SCAN_PRECISIONS) and ts.PRECISIONS is SCAN_PRECISIONS
+
+
+def test_a_certified_run_is_recorded_with_its_precision(tmp_path):
+    """``--scan torch --scan-precision bf16-certified``: the record says so (its own config hash)
+    and, on integer vectors (exact in bf16 and fp32 on every path), gives the engine's numbers."""
+    import rbench
+    from tests.run.test_scan_setting import IntegerVectors
+
+    cpu = rbench.evaluate(IntegerVectors(), "ml-100k", max_queries=200, results_dir=tmp_path)
+    run = rbench.evaluate(IntegerVectors(), "ml-100k", max_queries=200, results_dir=tmp_path, scan="torch",
+                          scan_precision="bf16-certified")
+    assert run.run_options["scan_precision"] == "bf16-certified" and run.config_hash != cpu.config_hash
+    assert run.metrics == cpu.metrics
+    assert (cpu.per_query["rank"].to_numpy() == run.per_query["rank"].to_numpy()).all()
