@@ -508,7 +508,7 @@ class RankerTraits(Protocol):
     listed as a reranker (``--rerank-from``) (default False)."""
     rerank_depth: ClassVar[int]
     """How many first-stage candidates it reranks when ``--rerank-depth`` is not given (default:
-    ``rbench.engine.rerank.DEFAULT_DEPTH``)."""
+    ``rbench.run.rerank.DEFAULT_DEPTH``)."""
 
     @classmethod
     def needs_training(cls, config: Any) -> bool:

@@ -33,7 +33,7 @@ PROTOCOL_VERSION = 1
 # and two-stage reranking. Not the task store (a cache keyed on this code) or the downloads.
 PROTOCOL_CODE: tuple[str, ...] = (
     "rbench.api", "rbench.tasks.text_columns", "rbench.tasks.family", "rbench.tasks.building", "rbench.tasks.registry",
-    "rbench.tasks.families", "rbench.tasks.families.recsys", "rbench.tasks.pools",
+    "rbench.tasks.families", "rbench.tasks.families.recsys", "rbench.tasks.pools", "rbench.tasks.fit_positives",
     "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
     "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.torch_scan", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
     "rbench.engine.sharded", "rbench.engine.metrics", "rbench.core.measures", "rbench.engine.runfile",

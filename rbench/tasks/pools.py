@@ -201,8 +201,14 @@ def _ids_of(src: _Source, prefix: bool) -> np.ndarray:
     return np.asarray([head + str(x) for x in ids], dtype=object)
 
 
+# A fixed tag, not a module path: issue 30's package move rewrote it ("rbench.pools" became
+# "rbench.tasks.pools") and every variant's fingerprint moved with no change to its data, so the
+# committed ml-100k~mixed/~scaled records could no longer be verified. Never rename it.
+VARIANT_FINGERPRINT_TAG = "rbench.pools v1"
+
+
 def _fingerprint(label: str, sources: list[_Source], order_seed: Sequence[int]) -> str:
-    h = hashlib.sha256(f"rbench.tasks.pools v1|{label}|{list(order_seed)}".encode())
+    h = hashlib.sha256(f"{VARIANT_FINGERPRINT_TAG}|{label}|{list(order_seed)}".encode())
     for s in sources:
         h.update(f"|{s.name}|{s.pool.fingerprint or s.pool.name}|{len(s.pool)}".encode())
         if s.take is not None:

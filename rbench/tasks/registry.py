@@ -23,6 +23,7 @@ from rbench.api import Pool, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.errors import RBenchError, unknown
 from rbench.core.settings import DEFAULT_SEED
+from rbench.tasks import fit_positives
 from rbench.tasks.families import imported, passages, recsys, routing
 from rbench.tasks.family import Task, TaskFamily
 from rbench.tasks.sources.provenance import DataSource, read_provenance
@@ -134,7 +135,16 @@ def task_options(task: str | TaskSpec | Task, overrides: dict[str, Any] | None) 
 
 
 def load(task: Task, options: Any, seed: int = DEFAULT_SEED) -> TaskData:
-    """Load a resolved task with its typed options (original pool; variants: ``rbench.tasks.pools``)."""
+    """Load a resolved task with its typed options (original pool; variants: ``rbench.tasks.pools``),
+    its test split under ``rbench.tasks.fit_positives`` (a pool built from positives: the
+    positives ``fit`` is handed are left out of every test ranking)."""
+    return fit_positives.exclude(load_prepared(task, options, seed), fit_positives.wanted(options))
+
+
+def load_prepared(task: Task, options: Any, seed: int = DEFAULT_SEED) -> TaskData:
+    """The task as its family builds it (and the prepared cache keeps it), before
+    ``fit_positives``: what a pool variant takes a donor's candidates from (the donor's own test
+    split is no part of a variant, so its rule never moves a variant's fingerprint)."""
     present, detail = task.status()
     if not present:
         raise RBenchError(f"task {task.name!r}: data {detail}" if detail.startswith("not present")
@@ -178,6 +188,6 @@ def donor_pool(seed: int) -> Callable[[str], Pool]:
         present, detail = task.status()
         if not present:
             raise LookupError(detail)
-        return load(task, task.options(None), seed).pool
+        return load_prepared(task, task.options(None), seed).pool
 
     return lookup

@@ -13,6 +13,7 @@ import pytest
 
 from rbench.core import paths
 from rbench.core.errors import RBenchError
+from rbench.tasks import fit_positives
 from rbench.tasks.families.passages import PassageOptions, load_esci, passage_id
 from rbench.tasks.registry import get_task, load_task
 
@@ -71,7 +72,7 @@ def test_esci_distractors_are_nobodys_positive_seeded_and_counted():
         assert [base.pool.ids[p] for p in a.positives.values] == [task.pool.ids[p] for p in b.positives.values]
     # seeded: the same seed draws the same ones (built again, not read from the prepared cache),
     # another seed others; the fingerprint says so
-    again = load_esci(get_task("esci"), PassageOptions(distractors=60), seed=0)
+    again = fit_positives.exclude(load_esci(get_task("esci"), PassageOptions(distractors=60), seed=0))
     assert set(again.pool.ids) == set(task.pool.ids) and again.fingerprint == task.fingerprint
     other = load_task("esci", {"distractors": "60"}, seed=1)
     assert set(other.pool.ids) - set(load_task("esci", seed=1).pool.ids) != added
@@ -148,10 +149,12 @@ def test_distractors_zero_keeps_the_fingerprint_of_pools_written_before_the_opti
     """Records written before ``distractors`` existed keep their column: the fingerprint text of
     the default equals the repr of the options without the field."""
     opts = PassageOptions(split="test")
+    later = ("distractors", "exclude_fit_positives")  # options added after records were written
     old = dataclasses.make_dataclass("PassageOptions", [(f.name, f.type, dataclasses.field(default=f.default))
-                                                        for f in dataclasses.fields(opts) if f.name != "distractors"])
+                                                        for f in dataclasses.fields(opts) if f.name not in later])
     assert opts.fingerprint_text() == repr(old(**{k: v for k, v in dataclasses.asdict(opts).items()
-                                                  if k != "distractors"}))
+                                                  if k not in later}))
+    assert PassageOptions(exclude_fit_positives=False).fingerprint_text() == PassageOptions().fingerprint_text()
     assert "distractors=5" in PassageOptions(distractors=5).fingerprint_text()
 
 

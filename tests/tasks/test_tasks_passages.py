@@ -16,6 +16,10 @@ from rbench.engine.evaluate import validate_queries
 from rbench.tasks.families.passages import passage_id, product_text
 from rbench.tasks.registry import data_status, get_task, load_task
 
+# the family's own protocol (every split as built), before the registry leaves the train/valid
+# positives out of the test rankings (rbench.tasks.fit_positives; tests/tasks/test_fit_positives.py)
+FAMILY = {"exclude_fit_positives": "false"}
+
 # ------------------------------------------------------------------------------------------
 # builders
 # ------------------------------------------------------------------------------------------
@@ -99,7 +103,7 @@ def check_contract(task) -> None:
 def test_qna_protocol_matches_independent_derivation():
     records = qna_records()
     write_qna_parquet(raw("msmarco") / "train-00000-of-00001.parquet", records)
-    task = load_task("msmarco", seed=3)
+    task = load_task("msmarco", FAMILY, seed=3)
     check_contract(task)
     exp = expected_qna(records)
     ids = np.concatenate([q.ids for q in all_splits(task)])
@@ -152,9 +156,9 @@ def test_qna_pool_and_other_relevant_options():
     records = qna_records()
     write_qna_parquet(raw("msmarco") / "v11.parquet", records)
     exp = expected_qna(records)
-    pos = load_task("msmarco", {"pool": "positives"})
+    pos = load_task("msmarco", {"pool": "positives", **FAMILY})
     assert set(pos.pool.texts) == {e["positive"] for e in exp.values()}
-    multi = load_task("msmarco", {"other_relevant": "positive"})
+    multi = load_task("msmarco", {"other_relevant": "positive", **FAMILY})
     assert multi.test.exclude is None
     text_of = list(multi.pool.texts)
     n_multi = 0
@@ -164,7 +168,7 @@ def test_qna_pool_and_other_relevant_options():
             assert got[0] == exp[qid]["positive"] and set(got[1:]) == exp[qid]["others"]
             n_multi += len(got) > 1
     assert n_multi > 0
-    neg = load_task("msmarco", {"other_relevant": "negative"})
+    neg = load_task("msmarco", {"other_relevant": "negative", **FAMILY})
     assert neg.test.exclude is None and neg.test.positives.lengths().max() == 1
 
 
@@ -332,7 +336,7 @@ def esci_truth(ex: pd.DataFrame, version: str = "all") -> dict[str, dict]:
 
 def test_esci_default_pool_is_one_positive_per_query():
     ex, _ = write_esci(raw("esci"))
-    task = load_task("esci", seed=0)
+    task = load_task("esci", FAMILY, seed=0)
     check_contract(task)
     truth = esci_truth(ex)
     ids = np.concatenate([q.ids for q in all_splits(task)])
@@ -348,7 +352,7 @@ def test_esci_default_pool_is_one_positive_per_query():
 
 def test_esci_all_pool_version_and_texts():
     ex, pr = write_esci(raw("esci"))
-    task = load_task("esci", {"pool": "all", "esci_version": "small", "bullet_chars": "30"})
+    task = load_task("esci", {"pool": "all", "esci_version": "small", "bullet_chars": "30", **FAMILY})
     check_contract(task)
     truth = esci_truth(ex, "small")
     sampled = np.concatenate([q.ids for q in all_splits(task)])

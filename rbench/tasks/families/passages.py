@@ -114,6 +114,9 @@ class PassageOptions:
     bullet_chars: int = 200  # esci only: bullet-point characters appended to title + brand
     split: Literal["8:1:1", "test"] = "8:1:1"  # "test": every query is a test query (zero-shot eval)
     distractors: int = 0  # candidates added that are no query's positive (seeded); 0: the paper's pool
+    # the train/valid positives fit is handed are left out of every test ranking (rbench.tasks.fit_positives);
+    # false: the paper's protocol, where pushing them last is a gain with no skill
+    exclude_fit_positives: bool = True
 
     def validate(self) -> None:
         if self.n_queries is not None and self.n_queries < 0:
@@ -124,9 +127,13 @@ class PassageOptions:
             raise RBenchError("task.bullet_chars must be >= 0")
 
     def fingerprint_text(self) -> str:
-        """``repr`` without ``distractors`` when it is 0: the pool of every record written before
-        the option existed keeps its fingerprint (it is the same pool)."""
-        shown = [f for f in dataclasses.fields(self) if not (f.name == "distractors" and self.distractors == 0)]
+        """``repr`` without ``distractors`` when it is 0 (the pool of every record written before the
+        option existed keeps its fingerprint: it is the same pool) and without
+        ``exclude_fit_positives`` (the family builds the same task either way; the registry
+        applies ``rbench.tasks.fit_positives``, which moves the fingerprint where it changes the
+        test split)."""
+        shown = [f for f in dataclasses.fields(self) if f.name != "exclude_fit_positives"
+                 and not (f.name == "distractors" and self.distractors == 0)]
         return f"{type(self).__qualname__}(" + ", ".join(f"{f.name}={getattr(self, f.name)!r}" for f in shown) + ")"
 
 
