@@ -33,6 +33,7 @@ import dataclasses
 from typing import Any
 
 import numpy as np
+from numpy.typing import NDArray
 
 from rbench.api import Ragged, TaskData
 from rbench.core.errors import DataError, RBenchError
@@ -53,10 +54,11 @@ def built_from_positives(data: TaskData) -> bool:
     return bool(data.spec.pool_from_positives or data.info.get("pool_from_positives") is True)
 
 
-def fit_positive_set(data: TaskData) -> np.ndarray:
+def fit_positive_set(data: TaskData) -> NDArray[np.int64]:
     """Rule 1: the pool indices that are a train or valid query's positive (sorted, unique)."""
-    return np.unique(np.concatenate([np.asarray(data.train.positives.values, dtype=np.int64),
-                                     np.asarray(data.valid.positives.values, dtype=np.int64)]))
+    fit: NDArray[np.int64] = np.unique(np.concatenate([np.asarray(data.train.positives.values, dtype=np.int64),
+                                                       np.asarray(data.valid.positives.values, dtype=np.int64)]))
+    return fit
 
 
 def exclude(data: TaskData, on: bool = True) -> TaskData:
@@ -88,7 +90,10 @@ def exclude(data: TaskData, on: bool = True) -> TaskData:
     if own is None or not len(own.values):
         rows = Ragged(np.arange(n + 1, dtype=np.int64) * len(fit), np.tile(fit, n))
     else:
-        rows = Ragged.from_rows([np.union1d(np.asarray(own[i], dtype=np.int64), fit) for i in range(n)])
+        parts = [np.union1d(np.asarray(own[i], dtype=np.int64), fit) for i in range(n)]
+        offsets = np.zeros(n + 1, dtype=np.int64)
+        np.cumsum([len(x) for x in parts], out=offsets[1:])
+        rows = Ragged(offsets, np.concatenate(parts))
     test = dataclasses.replace(test, exclude=rows)
     pool = dataclasses.replace(data.pool, fingerprint=fingerprint(
         data.pool.fingerprint, "fit positives excluded", test.ids, rows.offsets, rows.values))
