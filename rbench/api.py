@@ -538,6 +538,10 @@ class RankerTraits(Protocol):
         ...
 
 
+AnyRanker = Ranker | EmbeddingRanker
+"""A built ranker: scored through ``score``, or through its vectors on the engine's dense path."""
+
+
 def _members(proto: type) -> set[str]:
     """The names a protocol declares: its annotations and its methods/properties."""
     names: set[str] = set()

@@ -16,7 +16,7 @@ from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
 
-from rbench.api import NoOptions, RunContext
+from rbench.api import AnyRanker, NoOptions, RunContext
 from rbench.core.config import build_config
 from rbench.core.errors import RBenchError, unknown
 
@@ -33,7 +33,7 @@ def needs_training(cls: type, config: Any) -> bool:
 
 
 def _entry_points() -> dict[str, Any]:
-    eps = {}
+    eps: dict[str, Any] = {}
     for ep in entry_points(group=GROUP):
         eps.setdefault(ep.name, ep)
     return eps
@@ -73,8 +73,20 @@ def _load_entry_point(ep: Any) -> Any:
         sys.path[:] = saved
 
 
-def available_rankers() -> list[str]:
-    return sorted(_entry_points())
+BUILT_IN_DIST = "rbench"  # the distribution the shipped rankers (rankers/, installed as rbench_rankers) come with
+
+
+def available_rankers(built_in_only: bool = False) -> list[str]:
+    """The registered rankers' names; ``built_in_only``: those that ship with rbench, not a third
+    party's plugin installed beside it (the docs list only those unless asked: a build must not
+    present someone else's plugin as shipped)."""
+    eps = _entry_points()
+    return sorted(n for n, ep in eps.items() if not built_in_only or _dist_name(ep) == BUILT_IN_DIST)
+
+
+def _dist_name(ep: Any) -> str:
+    dist = getattr(ep, "dist", None)
+    return str(getattr(dist, "name", "") or "")
 
 
 def load_ranker_class(name: str) -> type:
@@ -106,7 +118,7 @@ class RankerRef:
     name: str
     cls: type
     source: str
-    instance: Any = None
+    instance: AnyRanker | None = None
 
 
 def _is_ranker_class(cls: Any) -> bool:
@@ -162,7 +174,7 @@ def _load_from(spec: str) -> RankerRef:
     return RankerRef(_class_name(cls), cls, source)
 
 
-def resolve_ranker(ranker: Any) -> RankerRef:
+def resolve_ranker(ranker: str | type | AnyRanker) -> RankerRef:
     """A registered name, ``file.py:Class`` / ``module:Class``, a ranker class or a ranker object
     (anything with ``score`` or ``encode_pool``/``encode_queries``) as one ``RankerRef``."""
     if isinstance(ranker, str):
@@ -199,7 +211,7 @@ def ranker_options(cls: type) -> list[dict[str, Any]]:
     out = []
     for f in dataclasses.fields(cfg_cls):
         default = f.default if f.default is not dataclasses.MISSING else (
-            f.default_factory() if f.default_factory is not dataclasses.MISSING else None  # type: ignore[misc]
+            f.default_factory() if f.default_factory is not dataclasses.MISSING else None
         )
         kind, rng = numeric_kind(hints.get(f.name))
         shown = type_text(hints[f.name]) if kind is not None else str(f.type)
@@ -230,14 +242,15 @@ def _accepted(cls: type) -> set[str]:
     return wanted & {p.name for p in params if p.kind is not p.POSITIONAL_ONLY}
 
 
-def build_ranker(cls: type, config: Any, context: RunContext | None, name: str = "") -> Any:
+def build_ranker(cls: type, config: Any, context: RunContext | None, name: str = "") -> AnyRanker:
     """An instance of ranker class ``cls``: with its typed options and run context as far as its
     ``__init__`` takes them (by keyword), without when it takes neither. An error its ``__init__`` raises (a
     missing GPU, a bad option it checks itself) is the user's to fix: one line naming it."""
     label = name or getattr(cls, "name", "") or cls.__name__
     try:
         given = {"config": config, "context": context}
-        return cls(**{k: v for k, v in given.items() if k in _accepted(cls)})
+        built: AnyRanker = cls(**{k: v for k, v in given.items() if k in _accepted(cls)})
+        return built
     except ValueError as exc:
         raise RBenchError(f"ranker {label!r} could not be built: {type(exc).__name__}: "
                           f"{' '.join(str(exc).split())}") from exc
@@ -250,7 +263,7 @@ def default_config(cls: type, context: RunContext | None = None) -> dict[str, An
 
 
 def make_ranker(name: str, overrides: dict[str, Any] | None = None,
-                context: RunContext | None = None) -> Any:
+                context: RunContext | None = None) -> AnyRanker:
     """Instantiate ranker ``name`` with ``--set`` overrides checked against its ``Config``."""
     cls = load_ranker_class(name)
     return build_ranker(cls, ranker_config(cls, overrides, name), context, name)

@@ -80,6 +80,10 @@ def test_a_generated_ranker_page_holds_its_options_and_defaults(site):
     assert "rbench run" in cli and "--ranker" in cli and "rbench data download" in cli
     api = (site / "reference" / "api" / "index.html").read_text(encoding="utf-8")
     assert 'id="rbench.public.evaluate"' in api and 'id="rbench.api.Ranker"' in api
+    import rbench.plugin  # the plugin guide sends authors to the API page: every toolkit name is on it
+
+    missing = [n for n in rbench.plugin.__all__ if f'id="rbench.plugin.{n}"' not in api]
+    assert not missing, f"the API page does not render rbench.plugin's {missing}"
 
 
 def test_the_measures_page_follows_the_measure_registry(site):
@@ -128,3 +132,56 @@ def test_the_write_a_ranker_guide_runs_as_written(capsys):
     record = namespace["record"]
     assert record.ranker["name"] == "short-first" and record.ranker["config"] == {"weight": 2.0}
     assert record.n_queries == 100 and "short-first (weight=2.0)" in capsys.readouterr().out
+
+
+def _hook():
+    """docs/hooks/gen_pages.py as a module (mkdocs loads it by path; so does this test)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("rbench_docs_gen_pages", DOCS / "hooks" / "gen_pages.py")
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def test_the_committed_reference_pages_are_fresh():
+    """docs/reference/{cli-commands,measures}.md are committed (linked from help texts and pages
+    read outside the built site) and must equal what the generator writes now."""
+    hook = _hook()
+    stale = [rel for rel, text in hook.committed_pages().items()
+             if not (DOCS / rel).is_file() or (DOCS / rel).read_text(encoding="utf-8") != text]
+    assert not stale, f"docs/{stale[0]} is stale: run {hook.STALE_HINT} and commit the result"
+    # the links that made them worth committing (dead on a repository browser before)
+    assert "](reference/cli-commands.md)" in (DOCS / "index.md").read_text(encoding="utf-8")
+    assert "](reference/measures.md)" in (DOCS / "concepts.md").read_text(encoding="utf-8")
+
+
+class _ThirdPartyEP:
+    name, value = "acme-ranker", "acme_rankers:AcmeRanker"
+
+    class dist:  # noqa: N801 (importlib.metadata's attribute)
+        name = "acme-rankers"
+
+    def load(self) -> type:
+        from rbench.api import BaseRanker
+
+        return type("AcmeRanker", (BaseRanker,), {"name": "acme-ranker", "description": "not shipped with rbench",
+                                                  "score": lambda self, q, c: None})
+
+
+def test_only_the_shipped_rankers_get_pages_unless_the_builder_asks(monkeypatch):
+    """A third party's plugin installed where the docs are built is no shipped ranker: no page
+    (issue 43 item 5), unless RBENCH_DOCS_PLUGINS=1."""
+    from rbench import rankers as discovery
+
+    real = discovery._entry_points
+    monkeypatch.setattr(discovery, "_entry_points", lambda: {**real(), "acme-ranker": _ThirdPartyEP()})
+    monkeypatch.delenv("RBENCH_DOCS_PLUGINS", raising=False)
+    hook = _hook()
+    names = [name for name, _, _ in hook._rankers()]
+    assert "bm25" in names and "acme-ranker" not in names
+    assert "acme-ranker" in discovery.available_rankers()  # (rbench rankers still lists what is installed)
+    monkeypatch.setenv("RBENCH_DOCS_PLUGINS", "1")
+    hook = _hook()
+    assert "acme-ranker" in [name for name, _, _ in hook._rankers()]

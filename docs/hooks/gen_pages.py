@@ -1,9 +1,17 @@
-"""MkDocs hook: one page per task, per ranker and per CLI command, and the measures page, generated
-at build time from the registries (the same data ``rbench tasks --json`` / ``rbench rankers --json``
-print; the measures from ``rbench.core.measures.FAMILIES``), so the pages cannot drift from the code.
+"""MkDocs hook: one page per task and per ranker, generated at build time from the registries (the
+same data ``rbench tasks --json`` / ``rbench rankers --json`` print), so the pages cannot drift
+from the code; and the CLI-commands and measures reference pages, generated from the command
+line's definitions and ``rbench.core.measures.FAMILIES``.
 
 - ``on_config`` adds the generated pages to the navigation;
-- ``on_files`` adds them to the build as generated files (nothing is written into ``docs/``).
+- ``on_files`` adds the task and ranker pages to the build as generated files;
+- ``python docs/hooks/gen_pages.py`` writes the reference pages (``COMMITTED``) into ``docs/``:
+  they are committed, so that the links to them (``docs/concepts.md``, ``rbench run --help``,
+  the README) work on a repository browser too; ``tests/test_docs.py`` fails when they are stale.
+
+Only the rankers that ship with rbench get a page: a third party's plugin installed where the
+docs are built gets one only when the builder asks (``RBENCH_DOCS_PLUGINS=1``), so a build never
+lists someone else's plugin as shipped.
 
 Nothing machine-local goes into a page: data presence and prepared sizes (which depend on the
 machine that builds the docs) are left out on purpose.
@@ -15,8 +23,11 @@ import ast
 import dataclasses
 import inspect
 import json
+import os
+import sys
 import textwrap
 from functools import lru_cache
+from pathlib import Path
 from typing import Any
 
 from mkdocs.structure.files import File, Files
@@ -220,11 +231,12 @@ def _tasks_index() -> str:
 
 @lru_cache(maxsize=1)
 def _rankers() -> list[tuple[str, str, str]]:
-    """(name, one-line description, page text) for every installed ranker plugin."""
+    """(name, one-line description, page text) for every ranker that ships with rbench, and every
+    installed third-party plugin too when the builder sets ``RBENCH_DOCS_PLUGINS=1``."""
     from rbench.rankers import available_rankers, load_ranker_class, ranker_options
 
     pages = []
-    for name in available_rankers():
+    for name in available_rankers(built_in_only=not third_party_pages()):
         try:
             cls = load_ranker_class(name)
         except Exception as exc:  # a plugin that cannot load still gets a page saying so
@@ -266,8 +278,8 @@ def _rankers() -> list[tuple[str, str, str]]:
 
 def _rankers_index() -> str:
     lines = ["# Rankers", "",
-             "Generated from the installed `rbench.rankers` entry points at build time (`rbench rankers` "
-             "prints the same). An overview of what each built-in ranker is and how it follows the paper: "
+             "Generated from the `rbench.rankers` entry points of the rankers that ship with rbench at "
+             "build time (`rbench rankers` prints the same, with any third-party plugin you installed). An overview of what each built-in ranker is and how it follows the paper: "
              "[Rankers overview](../rankers-overview.md); writing one: [Write a ranker](../guides/write-a-ranker.md).",
              "", "| ranker | description |", "|---|---|"]
     for name, description, _ in _rankers():
@@ -287,7 +299,7 @@ def _cli_page() -> str:
 
     root = typer.main.get_command(app)  # click's objects (typer may vendor click: duck-typed below)
     lines = ["# CLI commands", "",
-             "Generated from the command line's own definitions at build time (`rbench COMMAND --help` "
+             "Generated from the command line's own definitions by `python docs/hooks/gen_pages.py` (`rbench COMMAND --help` "
              "prints the same). Exit codes and the common patterns: [CLI](cli.md).", ""]
 
     def walk(cmd: Any, path: list[str]) -> None:
@@ -330,7 +342,7 @@ def _measures_page() -> str:
     from rbench.engine.metrics import RECORD_MEASURES, TIE_RULE
 
     lines = ["# Measures", "",
-             "Generated from the measure registry (`rbench.core.measures.FAMILIES`) at build time. Every "
+             "Generated from the measure registry (`rbench.core.measures.FAMILIES`) by `python docs/hooks/gen_pages.py`. Every "
              "RunRecord holds the paper's defaults, " + ", ".join(f"`{m}`" for m in RECORD_MEASURES)
              + " (`RR` is the paper's MRR); more are asked for by name, in "
              "[ir_measures](https://ir-measur.es/)' syntax:", "",
@@ -399,10 +411,42 @@ def on_config(config: Any) -> Any:
 
 
 def on_files(files: Files, config: Any) -> Files:
-    generated = {"tasks/index.md": _tasks_index(), "rankers/index.md": _rankers_index(),
-                 "reference/cli-commands.md": _cli_page(), "reference/measures.md": _measures_page()}
+    generated = {"tasks/index.md": _tasks_index(), "rankers/index.md": _rankers_index()}
     generated.update({f"tasks/{name}.md": text for name, text in _tasks()})
     generated.update({f"rankers/{name}.md": text for name, _, text in _rankers()})
     for path, text in generated.items():
         files.append(File.generated(config, path, content=text))
     return files
+
+
+# --------------------------------------------------------------------------------------------
+# committed reference pages
+# --------------------------------------------------------------------------------------------
+
+DOCS = Path(__file__).resolve().parents[1]
+STALE_HINT = "python docs/hooks/gen_pages.py"  # the command that rewrites them
+
+
+def third_party_pages() -> bool:
+    """Whether the builder asked for pages of third-party ranker plugins too."""
+    return os.environ.get("RBENCH_DOCS_PLUGINS", "") not in ("", "0")
+
+
+def committed_pages() -> dict[str, str]:
+    """The generated pages kept in ``docs/`` (path under docs/ -> text): linked from pages and help
+    texts that are read outside the built site."""
+    note = f"<!-- generated by {STALE_HINT}: do not edit; tests/test_docs.py checks it is fresh -->\n"
+    return {"reference/cli-commands.md": note + _cli_page(), "reference/measures.md": note + _measures_page()}
+
+
+def main() -> int:
+    for rel, text in committed_pages().items():
+        path = DOCS / rel
+        if not path.is_file() or path.read_text(encoding="utf-8") != text:
+            path.write_text(text, encoding="utf-8")
+            print(f"wrote docs/{rel}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
