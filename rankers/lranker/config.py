@@ -116,7 +116,9 @@ class LRankerConfig(PresetOptions):
     trust_remote_code: bool = False
     dtype: Literal["auto", "float32", "bfloat16"] = "auto"  # auto: bf16 on GPU, fp32 on CPU
     device: str = "auto"  # auto: cuda if available
-    gradient_checkpointing: Literal["auto", "on", "off"] = "auto"  # auto: on for CUDA only; on: any device
+    # auto: on CUDA, per training step, only when its estimated activations exceed half the card's memory
+    # (model.activation_bytes); never on the CPU. on: every step, any device
+    gradient_checkpointing: Literal["auto", "on", "off"] = "auto"
     # torch.compile the backbone's forward (dynamic shapes): measured on 2 CPU cores, MiniLM, preset=cpu
     # (benchmarks/results/lranker_options-compile.md) 0.72x the steps/s of eager, so off; unmeasured on a GPU
     compile: Literal["off", "on"] = "off"
@@ -151,9 +153,11 @@ class LRankerConfig(PresetOptions):
     learn_temperature: bool = True  # 1/temperature is a trained scalar, starting at 1/temperature
     n_negatives: AtLeast0 = 127  # uniform negatives per step, shared by the batch (plus in-batch positives)
     max_step_candidates: AtLeast0 = 0  # >0: cap on the distinct candidates one step encodes
-    # a step's candidates run through the tower in this many length-sorted groups, each padded to its own
-    # longest row; 4 measured 1.12x the steps/s of 1 on 2 CPU cores (benchmarks/results/
-    # lranker_options-length_buckets.md); 1 by default: the committed records were trained so (dropout
+    # >1: the real-length step: a step's query prompts and its candidates run through the backbone in this
+    # many length-sorted groups, each padded to its own longest row, and identical candidate rows run once
+    # (model.pooled_states; without dropout the padded step to rounding, tests/rankers/
+    # test_lranker_real_lengths.py); steps/s on 2 CPU cores in benchmarks/results/
+    # lranker_options-length_buckets.md; 1 by default: the committed records were trained so (dropout
     # draws its masks per group, so another value follows another trajectory)
     length_buckets: AtLeast1 = 1
     finetune: Literal["lora", "full"] = "lora"  # how the backbone adapts (lora=false: not at all)
@@ -201,7 +205,7 @@ class LRankerConfig(PresetOptions):
             raise RBenchError("lranker option batch_size must be >= 2 (the projector has BatchNorm)")
         if self.gradient_checkpointing not in ("auto", "on", "off"):
             raise RBenchError("lranker option gradient_checkpointing must be auto, on or off "
-                              f"(got {self.gradient_checkpointing!r}; auto: on for CUDA only)")
+                              f"(got {self.gradient_checkpointing!r}; auto: on CUDA when a step's memory needs it)")
         if not self.tts_widths or not self.tts_depths:
             raise RBenchError("lranker options tts_widths/tts_depths must not be empty")
 

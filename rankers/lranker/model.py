@@ -5,7 +5,8 @@ How the paper's text is turned into code, and the choices it leaves open:
 
 - Backbone: ``AutoModel`` (the bare transformer, no LM head) of any HF causal LM or encoder, a
   local directory, or a GGUF file (``gguf_file``). bf16 on GPU, fp32 on CPU; gradient
-  checkpointing on GPU. ``trust_remote_code`` is off unless set.
+  checkpointing on GPU for the steps whose memory needs it (``fit_checkpointing``). ``trust_remote_code``
+  is off unless set.
 - Placeholder: ``<|embedding|>`` is added to the tokenizer as a special token so it is always
   one token. The embedding matrix is NOT resized: the placeholder id is looked up as ``<eos>``
   and that row of ``inputs_embeds`` is then replaced by the projector output g~ (Eq. 5), so no
@@ -187,6 +188,36 @@ def load_backbone(cfg: LRankerConfig) -> Backbone:
         else:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs=kwargs)
     return Backbone(model, tokenizer, kind, hidden, device, dtype, int(eos_id))
+
+
+# gradient_checkpointing=auto on CUDA: a step's layers are checkpointed only when its estimated
+# activations exceed this share of the card's memory (the rest: weights, optimiser state, workspace)
+ACTIVATION_BUDGET = 0.5
+
+
+def activation_bytes(config: Any, tokens: int, dtype: torch.dtype) -> int:
+    """An estimate of the activations one training step keeps for backward without checkpointing:
+    per token and layer, about 12 hidden-width and 5 FFN-width tensors (norm inputs and outputs, q/k/v,
+    attention output, residuals, gate/up/activation/down inputs, LoRA's dropped-out inputs; a fused
+    attention keeps no L x L matrix). Qwen3-0.6B in bf16: 1.5 MB per token, so a step at the data's
+    lengths (~9,800 tokens) needs ~15 GB and one padded to the maximum lengths (47,872) ~74 GB.
+    ``benchmarks/gpu_step.py`` prints the peak memory measured beside it."""
+    h = int(getattr(config, "hidden_size", 0) or getattr(config, "dim", 0))
+    f = int(getattr(config, "intermediate_size", 0) or 4 * h)
+    layers = int(getattr(config, "num_hidden_layers", 0) or getattr(config, "n_layers", 0))
+    per = torch.finfo(dtype).bits // 8
+    return tokens * layers * per * (12 * h + 5 * f)
+
+
+def set_checkpointing(module: nn.Module, on: bool) -> int:
+    """Switch the checkpointing of every layer where it was installed (``load_backbone``); returns
+    how many layers were switched."""
+    n = 0
+    for m in module.modules():
+        if getattr(m, "_gradient_checkpointing_func", None) is not None and hasattr(m, "gradient_checkpointing"):
+            m.gradient_checkpointing = on
+            n += 1
+    return n
 
 
 def end_token_id(tokenizer: Any) -> int | None:
@@ -414,6 +445,19 @@ class LRankerModel(nn.Module):
         else:
             yield
 
+    def fit_checkpointing(self, *batches: TokenBatch | None) -> bool | None:
+        """``gradient_checkpointing=auto`` on CUDA, in training: checkpoint this step's layers only
+        if its activations (``activation_bytes`` of its padded tokens) exceed ``ACTIVATION_BUDGET``
+        of the card's memory (recomputing them costs a third more compute). Returns the decision, or
+        None where the option decides alone (on, off, the CPU, eval)."""
+        if self.cfg.gradient_checkpointing != "auto" or self.device.type != "cuda" or not self.training:
+            return None
+        tokens = sum(int(b.input_ids.numel()) for b in batches if b is not None)
+        total = torch.cuda.get_device_properties(self.device).total_memory
+        need = activation_bytes(self.backbone.config, tokens, self.info.dtype) > ACTIVATION_BUDGET * total
+        set_checkpointing(self.backbone, need)
+        return need
+
     def trainable_parameters(self) -> list[nn.Parameter]:
         return [p for p in self.parameters() if p.requires_grad]
 
@@ -456,18 +500,36 @@ class LRankerModel(nn.Module):
         batch = self.tokens.queries(prompts, texts, with_placeholder=use)
         return self.query_tokens_embeddings(batch, soft if use else None)
 
-    def query_tokens_embeddings(self, batch: TokenBatch, soft: torch.Tensor | None) -> torch.Tensor:
-        """h_q of an already tokenised batch (the training loader tokenises off the loop)."""
-        return self.finish(self.pool(self.hidden_states(batch, soft), batch.pool_mask))
+    def query_tokens_embeddings(self, batch: TokenBatch, soft: torch.Tensor | None, buckets: int = 1) -> torch.Tensor:
+        """h_q of an already tokenised batch (the training loader tokenises off the loop);
+        ``buckets``: as ``pooled_states``."""
+        return self.finish(self.pooled_states(batch, soft, buckets))
 
     def candidate_tokens_embeddings(self, batch: TokenBatch, buckets: int = 1) -> torch.Tensor:
         """h_c of a tokenised batch with the current (trained) f_theta; gradients flow when enabled.
-        ``buckets`` > 1: the rows are sorted by length and run in that many groups, each padded only
-        to its own longest row (a step's candidates are short titles padded to the longest one);
-        the embeddings come back in the batch's order. The masks make padding inert, so only the
-        rounding of differently shaped products changes."""
+        ``buckets`` > 1: the real-length path: identical rows (candidates with the same text) run
+        through the backbone once and share the result, and the rows run in length-sorted groups
+        (``pooled_states``). Without dropout this is the padded path to rounding (tested)."""
+        if buckets > 1 and len(batch.input_ids) > 1:
+            key = torch.cat([batch.input_ids, batch.attention_mask, batch.pool_mask.long()], dim=1)
+            uniq, inverse = torch.unique(key, dim=0, return_inverse=True)
+            if len(uniq) < len(key):  # each distinct row's first occurrence
+                pos = torch.arange(len(key), device=key.device)
+                first = torch.full((len(uniq),), len(key), device=key.device).scatter_reduce(0, inverse, pos, "amin")
+                sub = TokenBatch(*(t[first] for t in (batch.input_ids, batch.attention_mask, batch.pool_mask,
+                                                     batch.placeholder)))
+                return self.finish(self.pooled_states(sub, None, buckets))[inverse]
+        return self.finish(self.pooled_states(batch, None, buckets))
+
+    def pooled_states(self, batch: TokenBatch, soft: torch.Tensor | None, buckets: int = 1) -> torch.Tensor:
+        """Pooled final hidden states (``soft``: each row's placeholder input, or None). ``buckets``
+        > 1: the rows are sorted by length and run in that many groups, each padded only to its own
+        longest row (a step pads every row to the step's longest: short titles to a long one, short
+        histories to a long one); the results come back in the batch's order. The masks make padding
+        inert, so only the rounding of differently shaped products changes (and, in training, the
+        dropout masks drawn: another trajectory, hence an option)."""
         if buckets <= 1 or len(batch.input_ids) < 2 * buckets:
-            return self.finish(self.pool(self.hidden_states(batch, None), batch.pool_mask))
+            return self.pool(self.hidden_states(batch, soft), batch.pool_mask)
         lengths = batch.attention_mask.sum(1)
         order = torch.argsort(lengths, stable=True)
         parts = []
@@ -475,8 +537,8 @@ class LRankerModel(nn.Module):
             w = int(lengths[idx].max())
             sub = TokenBatch(batch.input_ids[idx, :w], batch.attention_mask[idx, :w], batch.pool_mask[idx, :w],
                              batch.placeholder[idx])
-            parts.append(self.pool(self.hidden_states(sub, None), sub.pool_mask))
-        return self.finish(torch.cat(parts)[torch.argsort(order)])
+            parts.append(self.pool(self.hidden_states(sub, None if soft is None else soft[idx]), sub.pool_mask))
+        return torch.cat(parts)[torch.argsort(order)]
 
     def finish(self, h: torch.Tensor) -> torch.Tensor:
         """The similarity's view of an embedding: unit length for cosine, raw for dot."""

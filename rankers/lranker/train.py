@@ -388,7 +388,8 @@ def step_loss(model: LRankerModel, inputs: StepInputs, frozen: np.ndarray | None
     if dev.type == "cuda":  # one round of non-blocking copies (pinned by the loader) before the forward
         inputs = inputs.to(dev)
     soft = model.project(inputs.slots) if inputs.slots is not None else None
-    hq = model.query_tokens_embeddings(inputs.queries, soft)
+    model.fit_checkpointing(inputs.queries, inputs.cand_tokens)
+    hq = model.query_tokens_embeddings(inputs.queries, soft, model.cfg.length_buckets)
     if inputs.cand_tokens is not None:
         hc = model.candidate_tokens_embeddings(inputs.cand_tokens, model.cfg.length_buckets)
     else:
