@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -48,6 +49,7 @@ from rbench.core.errors import DataError, RBenchError
 from rbench.core.inputs import read_json
 from rbench.tasks.sources.provenance import from_source, write_provenance
 from rbench.tasks.sources.provenance import source_name as check_source_name
+from rbench.tasks.sources.transfer import DownloadLimits
 
 data_app = typer.Typer(no_args_is_help=True, help="Download, prepare and import task data.")
 out, err = console(), console(stderr=True)  # user text printed as it is (rbench.core.console)
@@ -67,14 +69,23 @@ def download_cmd(
                                    "the total size is shown before it starts."),
     force: bool = typer.Option(False, "--force", help="Discard cached downloads and fetch again."),
     quiet: bool = typer.Option(False, "--quiet", "-q", help="No progress bars."),
+    deadline_s: float = typer.Option(DownloadLimits.deadline_s, "--deadline-s",
+                                     help="The most seconds one file's transfer may take (it resumes next time)."),
+    stall_s: float = typer.Option(DownloadLimits.stall_s, "--stall-s",
+                                  help="Cut a transfer after this many seconds without a byte."),
+    max_gb: float = typer.Option(DownloadLimits.max_bytes / (1 << 30), "--max-gb",
+                                 help="The most GiB one file may hold (a file of declared size: that size)."),
 ) -> None:
     """Fetch a task's public files (checksummed, resumable) and install them into its raw folder."""
     from rbench.api import RemoteFile
     from rbench.tasks.registry import get_task, list_tasks
-    from rbench.tasks.sources import downloads, install
+    from rbench.tasks.sources import downloads, install, transfer
 
     if (task is None) == (not all_tasks):
         raise RBenchError("rbench data download: name one TASK or pass --all (not both)")
+    if not (math.isfinite(max_gb) and 0 < max_gb <= 1 << 20):
+        raise RBenchError(f"--max-gb {max_gb!r}: expected a finite number of GiB above 0 (at most {1 << 20:,})")
+    limits = DownloadLimits(deadline_s, stall_s, max(int(max_gb * (1 << 30)), 1))
     specs = [spec for spec in list_tasks() if spec.downloads] if all_tasks else [get_task(task or "")]
     if not all_tasks:
         downloads.remote_files(specs[0])  # a task without a public URL: say how to get it, before anything
@@ -88,7 +99,7 @@ def download_cmd(
         known = sum(p.size or 0 for p in to_fetch)
         overall = progress.add_task(f"all: {len(to_fetch)} files", total=known or None)
 
-    def bar(rf: RemoteFile) -> downloads.Progress:
+    def bar(rf: RemoteFile) -> transfer.Progress:
         tid = progress.add_task(rf.filename, total=rf.size)
         seen = [0]  # bytes of this file already added to the overall bar
 
@@ -104,7 +115,7 @@ def download_cmd(
     with progress:
         for spec in specs:
             try:
-                raw = install.download_task(spec, force=force, progress=bar)
+                raw = install.download_task(spec, force=force, progress=bar, limits=limits)
             except RBenchError as exc:
                 if not all_tasks:
                     raise

@@ -13,8 +13,9 @@ from rbench.api import RemoteFile, TaskSpec
 from rbench.core import paths
 from rbench.core.atomic import atomic_path, atomic_replace, scratch_dir
 from rbench.tasks.sources.archives import archive_kind, safe_extract
-from rbench.tasks.sources.downloads import Progress, fetch, remote_files
+from rbench.tasks.sources.downloads import fetch, remote_files
 from rbench.tasks.sources.provenance import DataSource, write_provenance
+from rbench.tasks.sources.transfer import DownloadLimits, Progress
 
 
 def link_or_copy(src: Path, dest: Path) -> str:
@@ -53,11 +54,14 @@ def install(task: str, files: list[tuple[RemoteFile, Path]]) -> Path:
 
 
 def download_task(spec: TaskSpec, *, force: bool = False,
-                  progress: Callable[[RemoteFile], Progress | None] | None = None) -> Path:
-    """Fetch every file of the task (cached, checksummed, resumable) and install it into raw_dir."""
+                  progress: Callable[[RemoteFile], Progress | None] | None = None,
+                  limits: DownloadLimits | None = None) -> Path:
+    """Fetch every file of the task (cached, checksummed, resumable, each transfer within
+    ``limits``) and install it into raw_dir."""
     got = []
     for rf in remote_files(spec):
-        got.append((rf, fetch(spec.name, rf, force=force, progress=progress(rf) if progress else None)))
+        got.append((rf, fetch(spec.name, rf, force=force, progress=progress(rf) if progress else None,
+                              limits=limits)))
     raw = install(spec.name, got)
     fetched = {rf.filename for rf, _ in got}
     names = ", ".join(s.name for s in spec.sources if any(f.filename in fetched for f in s.files))
