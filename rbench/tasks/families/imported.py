@@ -106,9 +106,9 @@ class ImportedOptions:
     # auto: the import's own split (its qrels files, its split field, else 8:1:1 seeded);
     # test: every query with a positive is a test query (zero-shot evaluation, as msmarco's task.split=test)
     split: Literal["auto", "test"] = "auto"
-    # a corpus built from positives: the train/valid positives fit is handed are left out of every
-    # test ranking (rbench.tasks.fit_positives); false: the old protocol, kept for comparison
     exclude_fit_positives: bool = True
+    """a corpus built from positives (``pool_from_positives``): true leaves the train/valid positives ``fit``
+    is handed out of every test ranking (``rbench.tasks.fit_positives``); false: the old protocol"""
 
 
 # ------------------------------------------------------------------------------------------

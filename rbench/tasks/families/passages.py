@@ -114,9 +114,10 @@ class PassageOptions:
     bullet_chars: int = 200  # esci only: bullet-point characters appended to title + brand
     split: Literal["8:1:1", "test"] = "8:1:1"  # "test": every query is a test query (zero-shot eval)
     distractors: int = 0  # candidates added that are no query's positive (seeded); 0: the paper's pool
-    # the train/valid positives fit is handed are left out of every test ranking (rbench.tasks.fit_positives);
-    # false: the paper's protocol, where pushing them last is a gain with no skill
     exclude_fit_positives: bool = True
+    """true: the train/valid positives ``fit`` is handed are left out of every test ranking, and a test
+    query whose answer is one of them is dropped and counted (``rbench.tasks.fit_positives``; docs: Data,
+    "Pools built from positives"); false: the paper's protocol, where pushing them last gains with no skill"""
 
     def validate(self) -> None:
         if self.n_queries is not None and self.n_queries < 0:
