@@ -184,8 +184,9 @@ def _pool_prior(flag: bool) -> str:
     """The ``pool_from_positives`` cell: what it means for the task's tables."""
     if not flag:
         return "no"
-    return ("yes (default pool): train/valid positives are much of it, so the `prior` floor (them last) "
-            "is shown beside `pop` and `random` ([Pools built from positives](../data.md#pools-built-from-positives))")
+    return ("yes (default pool): train/valid positives are much of it, so they are left out of every test "
+            "ranking (`task.exclude_fit_positives`, default true) and the `prior` floor (them last) is shown "
+            "beside `pop` and `random` ([Pools built from positives](../data.md#pools-built-from-positives))")
 
 
 def _num(n: int | None) -> str:
