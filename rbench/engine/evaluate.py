@@ -360,176 +360,269 @@ def evaluate(
     validate_queries(queries, pool, require_positive=not unlabelled_rows)
     if pool_range is not None and queries.candidates is not None:
         raise ValueError("pool_range applies to shared pools, not per-query candidate lists")
-    pool_range = pool_range or (0, len(pool))
-    timings: dict[str, float] = {}
-    own_scorer = scorer is None  # made here: its memory is released at the end
-    if scorer is None:
-        scorer, made = make_scorer(ranker, pool)
-        timings.update(made)
-    scorer = as_scorer(scorer)
-    width = queries.candidates.shape[1] if queries.candidates is not None else pool_range[1] - pool_range[0]
-    fused_scan = fused.enabled() and fused.scan_pays(len(queries), width)  # small scans: numpy, no JIT
-    # the JIT's first compile, of what this evaluation calls: not the ranker's cost
-    timings["compile_s"] = fused.warmup(scan=fused_scan, gemm=scorer.gemm_operands is not None)
-    name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
-    whole = not scorer.harness_scores  # ranker code's scores: whole rows (see above)
-    lo, hi = pool_range
-    if whole:
-        batch_size = _whole_row_batch(scorer, queries, pool, pool_range, batch_size, chunk_size, name)
-    scratch = scorer.scratch_output
-    n = len(queries)
-    n_pos = len(queries.positives.values)
-    higher_vals = np.zeros(n_pos, dtype=np.int64)
-    equal_vals = np.zeros(n_pos, dtype=np.int64)
-    before_vals = np.zeros(n_pos, dtype=np.int64)
-    topk = max(0, int(topk))
-    top_idx = np.full((n, topk), -1, dtype=np.int64)
-    top_val = np.full((n, topk), -np.inf, dtype=np.float64)
-    n_ranked = np.zeros(n, dtype=np.int64)
-    hit_bufs: dict[tuple[int, int], np.ndarray] = {}
-    gemm_operands = scorer.gemm_operands if fused_scan else None
-    gemm_part = fused.gemm_width() if gemm_operands is not None else 0  # candidates a call
-    spare_top = fused.take_topk() if fused_scan else None  # the last evaluation's top-k buffers
-    verify_s = 0.0
+    sc = _Scan.start(ranker, queries, pool, scorer, pool_range or (0, len(pool)), batch_size, chunk_size,
+                     topk, verify)
     t_score = time.perf_counter()
-    for rows, batch in queries.batches(batch_size):
-        B = len(rows)
-        pos, pos_ok = _pad(batch.positives, 0, np.int64)
-        grade, _ = _pad(batch.grades, 0.0, np.float64)
-        small = batch.candidates is not None and batch.candidates.shape[1] <= chunk_size
-        if whole:  # every score from the calls over whole rows; the positives' read from them
-            full = _whole_rows(scorer, batch, pool_range, chunk_size, name)
-            if verify and not scorer.set_dependent and _checked(int(rows[0]) // batch_size):
-                t0 = time.perf_counter()
-                _verify(scorer, batch, full, pool_range, int(rows[0]) // batch_size, name, pool)
-                verify_s += time.perf_counter() - t0
-            col = pos - lo if batch.candidates is None else \
-                np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
-            sp = np.take_along_axis(full, col, axis=1)
-            chunks: Any = [(lo, batch.candidates if batch.candidates is not None else np.arange(lo, hi))]
-        elif small:  # the engine's dense scores of small lists: scored whole
-            full = _check(scorer(batch, batch.candidates), batch.candidates.shape, name, batch, harness=True)
-            col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
-            sp = np.take_along_axis(full, col, axis=1)
-            chunks = [(0, batch.candidates)]
-        else:  # the engine's dense scores: a positive's by the GEMM's own arithmetic (pair_dots)
-            full = None
-            sp = _check(scorer(batch, pos), pos.shape, name, batch, harness=True)
-            chunks = _Chunks(batch, pool_range, chunk_size)
-        higher = np.zeros(pos.shape, dtype=np.int64)
-        equal = np.zeros(pos.shape, dtype=np.int64)
-        excl = batch.exclude
-        # the scores are masked and counted in row blocks of about _TILE_BYTES, so that those
-        # passes read a block from cache, not memory
-        width = full.shape[1] if full is not None else min(hi - lo, chunk_size)
-        step = max(1, _TILE_BYTES // (8 * max(1, width)))
-        blocks = [(r0, min(B, r0 + step)) for r0 in range(0, B, step)]
-        top = _RunningTopK(topk)
-        carried: fused.TopK | None = None  # the fused scan's top-k (its buffers reused batch to batch)
-        pos_or_none = np.where(pos_ok, pos, -1)  # the fused scan's positives (-1: padding)
-        finite = np.zeros(B, dtype=np.int64)  # the fused scan's ranked candidates
-        for a, cand in chunks:
-            if gemm_operands is not None and cand.ndim == 1 and len(cand) and (carried is None or not carried.wide):
-                # the dense scorer's GEMM and the scan fused: each block of rows scanned in cache,
-                # over parts of the chunk whose packed candidates stay in cache too
-                if carried is None:
-                    carried = spare_top = fused.TopK(B, topk, spare_top)
-                for s0 in range(0, len(cand), gemm_part):
-                    part = cand[s0 : s0 + gemm_part]
-                    C, a0 = len(part), a + s0
-                    ex_row, ex_col = _exclusions_in(excl, a0, C)
-                    ex_off = np.searchsorted(ex_row, np.arange(B + 1)).astype(np.int64)
-                    q_vecs, packed = gemm_operands(batch, part)
-                    fused.gemm_scan(q_vecs, packed, C, a0, sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0,
-                                    higher, equal, finite, carried, more=a0 + C < pool_range[1])
-                    if not len(ex_col):
-                        finite += C
-                continue
-            if full is not None:
-                s = full if whole else full.copy()  # _whole_rows' rows are the engine's own
-            else:
-                shape = cand.shape if cand.ndim == 2 else (B, len(cand))
-                raw = scorer(batch, cand)
-                # (only the engine's dense scores come here: ranker code's are whole rows) the dense
-                # scorer checks its inputs are finite, so its products are; others are scanned
-                s = _check(raw, shape, name, batch, harness=True) if not scorer.finite_inputs \
-                    else _check_shape(raw, shape, name)
-                if not scratch:
-                    s = s.copy()  # never modify a scorer's own arrays
-            C = s.shape[1]
-            spc = sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
-            # exclusions -> -inf (never higher, never tied, never in top-k)
-            if excl is not None and len(excl.values):
-                if cand.ndim == 1:
-                    s[_exclusions_in(excl, a, C)] = -np.inf
-                else:
-                    for r in np.unique(excl.row_ids()):
-                        s[r, np.isin(cand[r], excl[r])] = -np.inf
-            excluded_here = excl is not None and len(excl.values) > 0
-            if fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.engine.fused)
-                if carried is None:
-                    carried = spare_top = fused.TopK(B, topk, spare_top)
-                fused.scan(s, a, spc, pos_or_none, excluded_here, higher, equal, finite, carried,
-                           more=a + C < pool_range[1])
-                if not excluded_here:
-                    finite += C
-                continue
-            # positives are compared among themselves below; they are masked out of the chunk
-            if cand.ndim == 1:
-                inside = pos_ok & (pos >= a) & (pos < a + C)
-                rr, cc = np.nonzero(inside)  # row-major: each block's are one slice
-                lims = np.searchsorted(rr, [r0 for r0, _ in blocks] + [B])
-            top.add(s, cand)  # running top-k (unsorted until the end of the scan; topk=0: nothing)
-            for bi, (r0, r1) in enumerate(blocks):
-                sb = s[r0:r1]
-                cb = cand if cand.ndim == 1 else cand[r0:r1]
-                n_ranked[rows[r0:r1]] += np.isfinite(sb).sum(axis=1) if excluded_here else C
-                if cand.ndim == 1:
-                    br, bc = rr[lims[bi] : lims[bi + 1]], cc[lims[bi] : lims[bi + 1]]
-                    sb[br - r0, pos[br, bc] - a] = np.nan
-                else:
-                    hit = (cb[:, :, None] == pos[r0:r1, None, :]) & pos_ok[r0:r1, None, :]
-                    sb[hit.any(axis=2)] = np.nan
-                _count_block(sb, spc[r0:r1], higher[r0:r1], equal[r0:r1], pos.shape[1], hit_bufs)
-        if carried is not None:  # the fused scan's counts and top-k (already in rank order)
-            n_ranked[rows] += finite
-            if topk:
-                top_idx[rows], top_val[rows] = fused.finish(carried)
-        elif top.idx is not None:
-            w = top.idx.shape[1]
-            top_idx[rows, :w], top_val[rows, :w] = _sort_topk(top.idx, top.val.astype(np.float64))
-        # order among positives: higher score first; ties pessimistically by ascending grade,
-        # then by descending pool index (deterministic)
-        ok = pos_ok[:, :, None] & pos_ok[:, None, :]
-        s_i, s_j = sp[:, :, None], sp[:, None, :]
-        before = (s_j > s_i) | (
-            (s_j == s_i) & ((grade[:, None, :] < grade[:, :, None])
-                            | ((grade[:, None, :] == grade[:, :, None]) & (pos[:, None, :] > pos[:, :, None])))
-        )
-        pos_before = (before & ok).sum(axis=2)
-        if len(batch.positives.values):
-            flat = batch_slice(queries.positives, rows)
-            higher_vals[flat], equal_vals[flat], before_vals[flat] = higher[pos_ok], equal[pos_ok], pos_before[pos_ok]
+    for rows, batch in queries.batches(sc.batch_size):
+        _score_batch(sc, rows, batch)
         if progress is not None:
-            progress(B)
-    timings["score_s"] = time.perf_counter() - t_score
-    timings["per_query_ms"] = 1000.0 * timings["score_s"] / max(n, 1)
-    if whole:
-        timings["verify_s"] = verify_s  # the consistency check's share of score_s
-    top_idx[~np.isfinite(top_val)] = -1
-    fused.keep_topk(spare_top)
-    if own_scorer and scorer.release is not None:
-        scorer.release()
-    return EvalResult(
-        ranks=Ragged(queries.positives.offsets.copy(), 1 + higher_vals + equal_vals + before_vals),
-        topk_index=top_idx,
-        topk_score=top_val,
-        n_ranked=n_ranked,
-        timings=timings,
-        higher=higher_vals,
-        equal=equal_vals,
-        pos_before=before_vals,
+            progress(len(rows))
+    return sc.result(time.perf_counter() - t_score)
+
+
+@dataclass
+class _Scan:
+    """One evaluation: its fixed inputs (the scorer, the walk, which kernels) and its outputs,
+    filled batch by batch (per positive: ``higher``/``equal``/``before``; per query: the top-k and
+    the ranked count)."""
+
+    scorer: Scorer
+    queries: Queries
+    pool: Pool
+    pool_range: tuple[int, int]
+    batch_size: int
+    chunk_size: int
+    topk: int
+    name: str
+    verify: bool
+    fused_scan: bool
+    own_scorer: bool
+    timings: dict[str, float]
+    higher: np.ndarray
+    equal: np.ndarray
+    before: np.ndarray
+    top_idx: np.ndarray
+    top_val: np.ndarray
+    n_ranked: np.ndarray
+    hit_bufs: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    spare_top: Any = None  # the fused scan's top-k buffers, reused batch to batch
+    verify_s: float = 0.0
+
+    @property
+    def whole(self) -> bool:
+        return not self.scorer.harness_scores  # ranker code's scores: whole rows (see ``evaluate``)
+
+    @property
+    def gemm_operands(self) -> Any:
+        return self.scorer.gemm_operands if self.fused_scan else None
+
+    @classmethod
+    def start(cls, ranker: Any, queries: Queries, pool: Pool, scorer: Scorer | ScoreFn | None,
+              pool_range: tuple[int, int], batch_size: int, chunk_size: int, topk: int, verify: bool) -> _Scan:
+        timings: dict[str, float] = {}
+        own_scorer = scorer is None  # made here: its memory is released at the end
+        if scorer is None:
+            scorer, made = make_scorer(ranker, pool)
+            timings.update(made)
+        scorer = as_scorer(scorer)
+        width = queries.candidates.shape[1] if queries.candidates is not None else pool_range[1] - pool_range[0]
+        fused_scan = fused.enabled() and fused.scan_pays(len(queries), width)  # small scans: numpy, no JIT
+        # the JIT's first compile, of what this evaluation calls: not the ranker's cost
+        timings["compile_s"] = fused.warmup(scan=fused_scan, gemm=scorer.gemm_operands is not None)
+        name = getattr(ranker, "name", None) or ("ranker" if ranker is None else type(ranker).__name__)
+        if not scorer.harness_scores:
+            batch_size = _whole_row_batch(scorer, queries, pool, pool_range, batch_size, chunk_size, name)
+        n, n_pos, topk = len(queries), len(queries.positives.values), max(0, int(topk))
+        return cls(scorer, queries, pool, pool_range, batch_size, chunk_size, topk, name, verify, fused_scan,
+                   own_scorer, timings, np.zeros(n_pos, dtype=np.int64), np.zeros(n_pos, dtype=np.int64),
+                   np.zeros(n_pos, dtype=np.int64), np.full((n, topk), -1, dtype=np.int64),
+                   np.full((n, topk), -np.inf, dtype=np.float64), np.zeros(n, dtype=np.int64),
+                   spare_top=fused.take_topk() if fused_scan else None)  # the last evaluation's top-k buffers
+
+    def result(self, score_s: float) -> EvalResult:
+        timings = self.timings
+        timings["score_s"] = score_s
+        timings["per_query_ms"] = 1000.0 * score_s / max(len(self.queries), 1)
+        if self.whole:
+            timings["verify_s"] = self.verify_s  # the consistency check's share of score_s
+        self.top_idx[~np.isfinite(self.top_val)] = -1
+        fused.keep_topk(self.spare_top)
+        if self.own_scorer and self.scorer.release is not None:
+            self.scorer.release()
+        return EvalResult(ranks=Ragged(self.queries.positives.offsets.copy(), 1 + self.higher + self.equal + self.before),
+                          topk_index=self.top_idx, topk_score=self.top_val, n_ranked=self.n_ranked, timings=timings,
+                          higher=self.higher, equal=self.equal, pos_before=self.before)
+
+
+@dataclass
+class _Batch:
+    """One query batch in flight: its positives (padded), their scores, the candidate chunks to
+    walk and the counts and top-k gathered over them."""
+
+    rows: np.ndarray
+    queries: Queries
+    pos: np.ndarray
+    pos_ok: np.ndarray
+    grade: np.ndarray
+    sp: np.ndarray  # the positives' scores
+    full: np.ndarray | None  # the batch's whole rows of scores (ranker code's, or a small list's)
+    chunks: Any
+    higher: np.ndarray
+    equal: np.ndarray
+    blocks: list[tuple[int, int]]
+    top: _RunningTopK
+    carried: fused.TopK | None = None  # the fused scan's top-k (its buffers reused batch to batch)
+    finite: np.ndarray | None = None  # the fused scan's ranked candidates
+
+    @property
+    def size(self) -> int:
+        return len(self.rows)
+
+
+def _score_batch(sc: _Scan, rows: np.ndarray, batch: Queries) -> None:
+    """Rank one batch: its positives' scores, then every chunk of candidates against them."""
+    b = _open_batch(sc, rows, batch)
+    excl = batch.exclude
+    for a, cand in b.chunks:
+        if sc.gemm_operands is not None and cand.ndim == 1 and len(cand) and (b.carried is None or not b.carried.wide):
+            _gemm_chunk(sc, b, a, cand)
+            continue
+        _scan_chunk(sc, b, a, cand, excl)
+    _close_batch(sc, b)
+
+
+def _open_batch(sc: _Scan, rows: np.ndarray, batch: Queries) -> _Batch:
+    """The batch's positives and their scores, and the chunks its candidates are walked in:
+    ranker code's whole rows (the positives' scores read from the same calls), a small list's
+    dense scores whole, or the engine's dense scores chunk by chunk (a positive's by the GEMM's
+    own arithmetic, ``pair_dots``)."""
+    B, name, lo, hi = len(rows), sc.name, *sc.pool_range
+    pos, pos_ok = _pad(batch.positives, 0, np.int64)
+    grade, _ = _pad(batch.grades, 0.0, np.float64)
+    small = batch.candidates is not None and batch.candidates.shape[1] <= sc.chunk_size
+    if sc.whole:  # every score from the calls over whole rows; the positives' read from them
+        full = _whole_rows(sc.scorer, batch, sc.pool_range, sc.chunk_size, name)
+        if sc.verify and not sc.scorer.set_dependent and _checked(int(rows[0]) // sc.batch_size):
+            t0 = time.perf_counter()
+            _verify(sc.scorer, batch, full, sc.pool_range, int(rows[0]) // sc.batch_size, name, sc.pool)
+            sc.verify_s += time.perf_counter() - t0
+        col = pos - lo if batch.candidates is None else \
+            np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
+        sp = np.take_along_axis(full, col, axis=1)
+        chunks: Any = [(lo, batch.candidates if batch.candidates is not None else np.arange(lo, hi))]
+    elif small:  # the engine's dense scores of small lists: scored whole
+        full = _check(sc.scorer(batch, batch.candidates), batch.candidates.shape, name, batch, harness=True)
+        col = np.argmax(batch.candidates[:, :, None] == pos[:, None, :], axis=1)
+        sp = np.take_along_axis(full, col, axis=1)
+        chunks = [(0, batch.candidates)]
+    else:
+        full = None
+        sp = _check(sc.scorer(batch, pos), pos.shape, name, batch, harness=True)
+        chunks = _Chunks(batch, sc.pool_range, sc.chunk_size)
+    # the scores are masked and counted in row blocks of about _TILE_BYTES, so that those
+    # passes read a block from cache, not memory
+    width = full.shape[1] if full is not None else min(hi - lo, sc.chunk_size)
+    step = max(1, _TILE_BYTES // (8 * max(1, width)))
+    return _Batch(rows, batch, pos, pos_ok, grade, sp, full, chunks, np.zeros(pos.shape, dtype=np.int64),
+                  np.zeros(pos.shape, dtype=np.int64), [(r0, min(B, r0 + step)) for r0 in range(0, B, step)],
+                  _RunningTopK(sc.topk), finite=np.zeros(B, dtype=np.int64))
+
+
+def _carried(sc: _Scan, b: _Batch) -> fused.TopK:
+    if b.carried is None:
+        b.carried = sc.spare_top = fused.TopK(b.size, sc.topk, sc.spare_top)
+    return b.carried
+
+
+def _gemm_chunk(sc: _Scan, b: _Batch, a: int, cand: np.ndarray) -> None:
+    """The dense scorer's GEMM and the scan fused: each block of rows scanned in cache, over parts
+    of the chunk whose packed candidates stay in cache too."""
+    carried, excl, B = _carried(sc, b), b.queries.exclude, b.size
+    pos_or_none = np.where(b.pos_ok, b.pos, -1)  # the fused scan's positives (-1: padding)
+    part_width = fused.gemm_width()  # candidates a call
+    for s0 in range(0, len(cand), part_width):
+        part = cand[s0 : s0 + part_width]
+        C, a0 = len(part), a + s0
+        ex_row, ex_col = _exclusions_in(excl, a0, C)
+        ex_off = np.searchsorted(ex_row, np.arange(B + 1)).astype(np.int64)
+        q_vecs, packed = sc.gemm_operands(b.queries, part)
+        fused.gemm_scan(q_vecs, packed, C, a0, b.sp, pos_or_none, ex_off, ex_col, len(ex_col) > 0,
+                        b.higher, b.equal, b.finite, carried, more=a0 + C < sc.pool_range[1])
+        if not len(ex_col):
+            b.finite += C
+
+
+def _chunk_scores(sc: _Scan, b: _Batch, cand: np.ndarray) -> np.ndarray:
+    """The chunk's scores as the engine's own array, safe to modify."""
+    if b.full is not None:
+        return b.full if sc.whole else b.full.copy()  # _whole_rows' rows are the engine's own
+    shape = cand.shape if cand.ndim == 2 else (b.size, len(cand))
+    raw = sc.scorer(b.queries, cand)
+    # (only the engine's dense scores come here: ranker code's are whole rows) the dense
+    # scorer checks its inputs are finite, so its products are; others are scanned
+    s = _check(raw, shape, sc.name, b.queries, harness=True) if not sc.scorer.finite_inputs \
+        else _check_shape(raw, shape, sc.name)
+    return s if sc.scorer.scratch_output else s.copy()  # never modify a scorer's own arrays
+
+
+def _scan_chunk(sc: _Scan, b: _Batch, a: int, cand: np.ndarray, excl: Ragged | None) -> None:
+    """Count, for every positive, the chunk's candidates scoring higher and equal (the fused scan
+    or numpy's row blocks), and keep the running top-k."""
+    s = _chunk_scores(sc, b, cand)
+    C = s.shape[1]
+    spc = b.sp.astype(s.dtype, copy=False)  # compare in the scores' own precision
+    # exclusions -> -inf (never higher, never tied, never in top-k)
+    if excl is not None and len(excl.values):
+        if cand.ndim == 1:
+            s[_exclusions_in(excl, a, C)] = -np.inf
+        else:
+            for r in np.unique(excl.row_ids()):
+                s[r, np.isin(cand[r], excl[r])] = -np.inf
+    excluded_here = excl is not None and len(excl.values) > 0
+    if sc.fused_scan and cand.ndim == 1:  # one pass per row in cache (rbench.engine.fused)
+        pos_or_none = np.where(b.pos_ok, b.pos, -1)
+        fused.scan(s, a, spc, pos_or_none, excluded_here, b.higher, b.equal, b.finite, _carried(sc, b),
+                   more=a + C < sc.pool_range[1])
+        if not excluded_here:
+            b.finite += C
+        return
+    b.top.add(s, cand)  # running top-k (unsorted until the end of the scan; topk=0: nothing)
+    _count_blocks(sc, b, s, a, cand, spc, excluded_here)
+
+
+def _count_blocks(sc: _Scan, b: _Batch, s: np.ndarray, a: int, cand: np.ndarray, spc: np.ndarray,
+                  excluded_here: bool) -> None:
+    """numpy's count over row blocks in cache; positives are masked out of the chunk (they are
+    compared among themselves in ``_close_batch``)."""
+    C, pos, pos_ok, rows = s.shape[1], b.pos, b.pos_ok, b.rows
+    if cand.ndim == 1:
+        inside = pos_ok & (pos >= a) & (pos < a + C)
+        rr, cc = np.nonzero(inside)  # row-major: each block's are one slice
+        lims = np.searchsorted(rr, [r0 for r0, _ in b.blocks] + [b.size])
+    for bi, (r0, r1) in enumerate(b.blocks):
+        sb = s[r0:r1]
+        cb = cand if cand.ndim == 1 else cand[r0:r1]
+        sc.n_ranked[rows[r0:r1]] += np.isfinite(sb).sum(axis=1) if excluded_here else C
+        if cand.ndim == 1:
+            br, bc = rr[lims[bi] : lims[bi + 1]], cc[lims[bi] : lims[bi + 1]]
+            sb[br - r0, pos[br, bc] - a] = np.nan
+        else:
+            hit = (cb[:, :, None] == pos[r0:r1, None, :]) & pos_ok[r0:r1, None, :]
+            sb[hit.any(axis=2)] = np.nan
+        _count_block(sb, spc[r0:r1], b.higher[r0:r1], b.equal[r0:r1], pos.shape[1], sc.hit_bufs)
+
+
+def _close_batch(sc: _Scan, b: _Batch) -> None:
+    """The batch's top-k and ranked counts, and the order among its positives: higher score first;
+    ties pessimistically by ascending grade, then by descending pool index (deterministic)."""
+    rows, pos, pos_ok, grade, sp = b.rows, b.pos, b.pos_ok, b.grade, b.sp
+    if b.carried is not None:  # the fused scan's counts and top-k (already in rank order)
+        sc.n_ranked[rows] += b.finite
+        if sc.topk:
+            sc.top_idx[rows], sc.top_val[rows] = fused.finish(b.carried)
+    elif b.top.idx is not None:
+        w = b.top.idx.shape[1]
+        sc.top_idx[rows, :w], sc.top_val[rows, :w] = _sort_topk(b.top.idx, b.top.val.astype(np.float64))
+    ok = pos_ok[:, :, None] & pos_ok[:, None, :]
+    s_i, s_j = sp[:, :, None], sp[:, None, :]
+    before = (s_j > s_i) | (
+        (s_j == s_i) & ((grade[:, None, :] < grade[:, :, None])
+                        | ((grade[:, None, :] == grade[:, :, None]) & (pos[:, None, :] > pos[:, :, None])))
     )
+    pos_before = (before & ok).sum(axis=2)
+    if len(b.queries.positives.values):
+        flat = batch_slice(sc.queries.positives, rows)
+        sc.higher[flat], sc.equal[flat], sc.before[flat] = b.higher[pos_ok], b.equal[pos_ok], pos_before[pos_ok]
 
 
 _ROW_BYTES = 1 << 30  # whole-row scoring holds a batch's rows of scores (fp64 worth) within this
