@@ -211,6 +211,24 @@ def _pad(r: Ragged, fill: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
     return out, mask
 
 
+def _virtual_chunk(emb: Any, uniq: np.ndarray, N: int, W: int, c: int, out: np.ndarray) -> np.ndarray:
+    """Virtual columns c*W .. c*W+W-1 into out (W, d): the positives' vectors (``uniq``), the pool's
+    N rows, then zeros."""
+    U = len(uniq)
+    v0, v1 = c * W, min((c + 1) * W, U + N)
+    at = 0
+    if v0 < U:
+        m = min(v1, U) - v0
+        out[:m] = np.asarray(emb[uniq[v0 : v0 + m]], dtype=np.float32)
+        at = m
+    p0, p1 = max(v0, U) - U, v1 - U
+    if p1 > p0:
+        out[at : at + p1 - p0] = np.asarray(emb[p0:p1], dtype=np.float32)
+        at += p1 - p0
+    out[at:] = 0.0
+    return out
+
+
 def _widths(total: int, chunk_size: int) -> tuple[int, int]:
     """(number of chunks, their common width <= chunk_size) for ``total`` columns: as few chunks
     as chunk_size allows, of equal width (the last padded by fewer than n_chunks columns)."""
@@ -380,32 +398,12 @@ class _Scan:
         if self.certified:
             self._reference_positives(emb, q32, batch_size)
             qn = torch.linalg.vector_norm(q32, dim=1)
-        excl = self.queries.exclude
-        ex_rows = ex_vals = None
-        if excl is not None and len(excl.values):
-            er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
-            keep = (ev >= 0) & (ev < N)
-            pairs = np.unique(np.stack([er[keep], ev[keep]], axis=1), axis=0)  # (a repeat excludes once)
-            np.subtract.at(self.n_ranked, pairs[:, 0], 1)
-            order = np.argsort(pairs[:, 1], kind="stable")
-            ex_rows, ex_vals = pairs[order, 0], pairs[order, 1]
+        ex_rows, ex_vals = self._shared_exclusions(N)
         self.n_ranked += N
         batches = [(r0, min(n, r0 + batch_size)) for r0 in range(0, n, batch_size)]
 
         def host_chunk(c: int, out: np.ndarray) -> np.ndarray:
-            """Virtual columns c*W .. c*W+W-1 into out (W, d): positives' vectors, pool rows, zeros."""
-            v0, v1 = c * W, min((c + 1) * W, U + N)
-            at = 0
-            if v0 < U:
-                m = min(v1, U) - v0
-                out[:m] = np.asarray(emb[uniq[v0 : v0 + m]], dtype=np.float32)
-                at = m
-            p0, p1 = max(v0, U) - U, v1 - U
-            if p1 > p0:
-                out[at : at + p1 - p0] = np.asarray(emb[p0:p1], dtype=np.float32)
-                at += p1 - p0
-            out[at:] = 0.0
-            return out
+            return _virtual_chunk(emb, uniq, N, W, c, out)
 
         for c, chunk in self._stream(n_chunks, W, int(emb.shape[1]), host_chunk):
             v0 = c * W
@@ -425,15 +423,7 @@ class _Scan:
                     self.sp[rows] = torch.where(here, got, self.sp[rows])
                 if s_end == s_pos:
                     continue
-                part = s[:, s_pos:s_end]
                 C = s_end - s_pos
-                ex = None
-                if ex_vals is not None:
-                    lo, hi = np.searchsorted(ex_vals, [a, a + C])
-                    sel = (ex_rows[lo:hi] >= r0) & (ex_rows[lo:hi] < r1)
-                    if sel.any():
-                        ex = (torch.from_numpy(ex_rows[lo:hi][sel] - r0).to(self.dev),
-                              torch.from_numpy(ex_vals[lo:hi][sel] - a).to(self.dev))
                 pc = self.t_pos[rows] - a
                 pc = torch.where(self.t_ok[rows] & (pc >= 0) & (pc < C), pc, torch.full_like(pc, -1))
                 cert = None
@@ -441,7 +431,33 @@ class _Scan:
                     qb = q32[r0:r1]
                     cert = (certified.slack(qn[r0:r1], cmax, self.low, qv.shape[1]),
                             lambda r, c, qb=qb, cols=pool_cols: certified.exact_pairs(torch, qb, cols, r, c))
-                self._part(r0, part, a, ex, pc, cert)
+                self._part(r0, s[:, s_pos:s_end], a, self._part_exclusions(ex_rows, ex_vals, a, C, r0, r1), pc, cert)
+
+    def _shared_exclusions(self, N: int) -> tuple[np.ndarray | None, np.ndarray | None]:
+        """The exclusions inside the pool as (rows, pool indices), sorted by pool index (a repeat
+        excludes once), each taken off its query's ranked count."""
+        excl = self.queries.exclude
+        if excl is None or not len(excl.values):
+            return None, None
+        er, ev = excl.row_ids(), np.asarray(excl.values, dtype=np.int64)
+        keep = (ev >= 0) & (ev < N)
+        pairs = np.unique(np.stack([er[keep], ev[keep]], axis=1), axis=0)  # (a repeat excludes once)
+        np.subtract.at(self.n_ranked, pairs[:, 0], 1)
+        order = np.argsort(pairs[:, 1], kind="stable")
+        return pairs[order, 0], pairs[order, 1]
+
+    def _part_exclusions(self, ex_rows: np.ndarray | None, ex_vals: np.ndarray | None, a: int, C: int,
+                         r0: int, r1: int) -> tuple[Any, Any] | None:
+        """The exclusions of rows r0..r1-1 among pool columns a..a+C-1, on the device (None: none)."""
+        if ex_vals is None or ex_rows is None:
+            return None
+        lo, hi = np.searchsorted(ex_vals, [a, a + C])
+        sel = (ex_rows[lo:hi] >= r0) & (ex_rows[lo:hi] < r1)
+        if not sel.any():
+            return None
+        torch = self.torch
+        return (torch.from_numpy(ex_rows[lo:hi][sel] - r0).to(self.dev),
+                torch.from_numpy(ex_vals[lo:hi][sel] - a).to(self.dev))
 
     def _reference_positives(self, emb: Any, q32: Any, batch_size: int) -> None:
         """Certified precisions: every positive's fp32 reference score (``certified.exact_scores``)."""
