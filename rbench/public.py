@@ -273,7 +273,7 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
     if isinstance(measures, str):
         measures = [measures]
     chosen = select(results_dir, task, list(rankers) if rankers is not None else None, scenario=scenario,
-                    variant=variant)
+                    variant=variant, measures=list(measures or DEFAULT_MEASURES))
     available = list(dict.fromkeys(c for f in chosen.runs.values() for c in f.columns if c not in NOT_MEASURES))
     wanted = [measure_column(m, available) for m in (measures or DEFAULT_MEASURES)]
     result = compare_frames(chosen.runs, wanted, task=chosen.task, test=test, correction=correction, alpha=alpha,

@@ -26,8 +26,9 @@ def compare_cmd(
                                    "each measure."),
     alpha: float = typer.Option(COMPARE_DEFAULTS.alpha, "--alpha", help=help_of("alpha", CompareSettings)),
     fmt: str = typer.Option("rich", "--format", "-f", help="rich | md | csv | latex"),
-    out_file: Optional[str] = typer.Option(None, "--out", "-o", help="File to write (default: print to stdout); "
-                                           "no suffix: the format's is added (.txt, .md, .csv, .tex)."),
+    out_file: Optional[str] = typer.Option(None, "--out", "-o", help="File to write instead of printing the tables "
+                                           "(only its path is printed); no suffix: the format's is added (.txt, .md, "
+                                           ".csv, .tex)."),
     results_dir: Path = typer.Option(DEFAULTS.results_dir, "--results-dir", help="Folder of the RunRecords."),
     scenario: Optional[str] = typer.Option(None, "--scenario", "-s", help="small | large | ultra (default: the "
                                            "one whose records hold the task)."),
@@ -39,7 +40,9 @@ def compare_cmd(
 ) -> None:
     """Test every pair of runs on one task: per measure, a paired test over the same queries,
     p-values corrected for the number of pairs, mean differences with 95% CIs and Cohen's d_z.
-    Each ranker gets a letter; a value carries the letters of the rankers it beats significantly."""
+    Each ranker gets a letter; a value carries the letters of the rankers it beats significantly.
+    A measure a run did not record is computed from its run file and the task's qrels (exact
+    cutoffs only)."""
     from rbench.core.atomic import atomic_write_bytes
     from rbench.core.errors import unknown
     from rbench.public import compare
@@ -64,6 +67,4 @@ def compare_cmd(
         atomic_write_bytes(target, result.render(fmt).encode())
     except OSError as exc:
         raise RBenchError(f"cannot write {target} ({write_failure(target, exc)})") from exc
-    for part in result.rich_tables():
-        out.print(part)
-    out.print(f"written: {target}")
+    out.print(f"written: {target}", soft_wrap=True, highlight=False)  # the tables are in the file, not repeated here

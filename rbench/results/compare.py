@@ -162,12 +162,18 @@ class Comparison:
         e = p.effect
         return [SHOWN_AS.get(p.measure, p.measure), f"{letter(p.a)} {self.systems[p.a]}",
                 f"{letter(p.b)} {self.systems[p.b]}", f"{100 * e.mean_diff:+.2f}",
-                f"[{100 * e.ci_low:+.2f}, {100 * e.ci_high:+.2f}]", _num(e.d_z), _p(p.p_value), _p(p.p_adjusted),
-                "" if p.winner is None else letter(p.winner)]
+                f"[{100 * e.ci_low:+.2f}, {100 * e.ci_high:+.2f}]", _num(e.d_z), _p(p.p_value),
+                *([_p(p.p_adjusted)] if self._corrected else []), "" if p.winner is None else letter(p.winner)]
+
+    @property
+    def _corrected(self) -> bool:
+        """Whether p-values are corrected: without a correction the adjusted p is the p, shown once."""
+        return self.correction != "none"
 
     def _pair_head(self) -> list[str]:
-        adj = "p" if self.correction == "none" else f"p ({CORRECTIONS[self.correction]})"
-        return ["Measure", "A", "B", "Δ (A − B)", "95% CI", "d_z", "p", adj, "better"]
+        """One header per column: the corrected p has its own only when there is a correction."""
+        adj = [f"p ({CORRECTIONS[self.correction]})"] if self._corrected else []
+        return ["Measure", "A", "B", "Δ (A − B)", "95% CI", "d_z", "p", *adj, "better"]
 
     def _cells(self, i: int, bold: str, won_as: str) -> list[str]:
         """System ``i``'s value per measure: the best bold (``bold``), the letters of the systems

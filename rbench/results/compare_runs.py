@@ -115,9 +115,11 @@ def per_query(lb: Leaderboard, row: RowKey, column: ColumnKey) -> pd.DataFrame:
 
 
 def select(results_dir: str | Path, task: str, rankers: Sequence[str] | None = None, *, scenario: str | None = None,
-           variant: str | None = None) -> Selection:
+           variant: str | None = None, measures: Sequence[str] = ()) -> Selection:
     """The runs of ``task``'s column to compare: ``rankers`` (row labels, or ranker names with one
-    configuration there) or every row of this protocol; at least two."""
+    configuration there) or every row of this protocol; at least two. A measure of ``measures``
+    that a run did not record is computed from its run file and the test set's qrels
+    (``from_run_file``), as ranx computes any measure from a run and qrels."""
     lb, column = find_column(Path(results_dir), task, scenario, variant)
     rows, notes = _rows(lb, column, rankers)
     notes += [f"{DISAGREES} {lb.label(r)}: its RunRecord disagrees with its own files ({lb.disproved[(r, column)]}); "
@@ -125,4 +127,80 @@ def select(results_dir: str | Path, task: str, rankers: Sequence[str] | None = N
     if len(rows) < 2:
         raise RBenchError(f"{lb.label(column)}: {len(rows)} run{'s' * (len(rows) != 1)} to compare; expected at "
                           "least two")
-    return Selection(lb.scenario, lb.label(column), {lb.label(r): per_query(lb, r, column) for r in rows}, notes)
+    runs = {lb.label(r): per_query(lb, r, column) for r in rows}
+    for name in measures:
+        col = _measure_name(name)
+        if col is None:
+            continue  # not a measure rbench computes: the measure check names it
+        missing = [r for r in rows if col not in runs[lb.label(r)].columns]
+        for r in missing:
+            runs[lb.label(r)] = from_run_file(lb, r, column, col, runs[lb.label(r)])
+        if missing:
+            notes.append(f"{col}: not recorded by {', '.join(lb.label(r) for r in missing)}; computed from "
+                         f"{'its' if len(missing) == 1 else 'their'} run file{'s' * (len(missing) > 1)} and the test "
+                         "set's qrels")
+    return Selection(lb.scenario, lb.label(column), runs, notes)
+
+
+def _measure_name(name: str) -> str | None:
+    """A measure's per-query column name (its canonical spelling), None for a name rbench does not parse."""
+    from rbench.core.measures import parse_measure
+
+    try:
+        return str(parse_measure(name))
+    except RBenchError:
+        return None
+
+
+def from_run_file(lb: Leaderboard, row: RowKey, column: ColumnKey, measure: str,
+                  frame: pd.DataFrame) -> pd.DataFrame:
+    """``frame`` with a column of ``measure`` per query, computed from the cell's run file and the
+    test set's qrels (loaded as the run loaded them; ``rbench.results.verify``), by the one
+    arithmetic of measures. Exact only: every query's value must follow from the file (its list
+    complete, or at least as deep as the measure's cutoff; RR: a positive listed), else the
+    line says which cutoff the file can settle."""
+    import numpy as np
+
+    from rbench.api import Ragged
+    from rbench.core.errors import DataError
+    from rbench.core.measures import parse_measure
+    from rbench.engine.metrics import per_query as measure_per_query
+    from rbench.results.verify import BEYOND, file_ranks, load_test_set
+
+    name = f"{lb.label(row)} on {lb.label(column)}"
+    record, path = lb.records[(row, column)], lb.record_files[(row, column)]
+    if not record.run_file:
+        raise RBenchError(f"{name}: its RunRecord holds no {measure} and no run file to compute it from (--topk 0); "
+                          f"expected a run with --measure {measure}")
+    try:
+        data = load_test_set(record)
+    except RBenchError as exc:
+        raise RBenchError(f"{name}: {measure} was not recorded and the test set's qrels to compute it from are not "
+                          f"here ({' '.join(str(exc).split())}); expected the task's data, or a run with --measure "
+                          f"{measure}") from exc
+    if record.task_fingerprint and data.fingerprint != record.task_fingerprint:
+        raise RBenchError(f"{name}: the task's data here (fingerprint {data.fingerprint[:12]}) is not the record's "
+                          f"({record.task_fingerprint[:12]}): {measure} cannot be computed from its run file")
+    try:
+        fr = file_ranks(path.with_name(record.run_file), data)
+    except DataError as exc:
+        raise RBenchError(f"{name}: run file {exc.reason}") from exc
+    m = parse_measure(measure)
+    test = data.test
+    listed = fr.ranks > 0
+    values = measure_per_query(Ragged(test.positives.offsets, np.where(listed, fr.ranks, BEYOND)), test.grades,
+                               [m])[measure]
+    settled = fr.complete | ((fr.lines >= m.cutoff) if m.cutoff is not None else False)
+    if m.name == "RR" and m.cutoff is None:  # the first positive listed: its rank is exact
+        settled = settled | np.bincount(test.positives.row_ids()[listed], minlength=len(test)).astype(bool)
+    if not settled.all():
+        depth = int(fr.lines[~settled].min())
+        raise RBenchError(f"{name}: {measure} needs ranks past its run file's {depth} lines for "
+                          f"{int((~settled).sum()):,} queries; expected a cutoff of at most {depth} "
+                          f"(e.g. {m.name}@{depth}) or a run with --measure {measure}")
+    by_id = dict(zip(np.asarray(test.ids).astype(str).tolist(), values.tolist()))
+    ids = frame["query_id"].astype(str)
+    if set(ids) != set(by_id):
+        raise RBenchError(f"{name}: its per-query file's queries are not its test set's ({len(ids):,} rows, "
+                          f"{len(by_id):,} test queries)")
+    return frame.assign(**{measure: ids.map(by_id).to_numpy(dtype=float)})

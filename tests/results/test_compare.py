@@ -306,7 +306,9 @@ def test_cli_compare_bad_input_is_one_line_exit_2(res, capsys):
     assert "unknown task 'ml-10k' (did you mean 'ml-100k'?)" in _one_error(capsys, [*base, "-t", "ml-10k"])
     assert "unknown ranker on ml-100k 'bm52'" in _one_error(capsys, [*base, "-t", "ml-100k", "-r", "bm52",
                                                                      "-r", "pop"])
-    assert "unknown measure 'P@5'" in _one_error(capsys, [*base, "-t", "ml-100k", "-m", "P@5"])
+    assert "unknown measure 'Q@5'" in _one_error(capsys, [*base, "-t", "ml-100k", "-m", "Q@5"])
+    # a measure the runs did not record is computed from their run files: these records have none
+    assert "holds no P@5 and no run file" in _one_error(capsys, [*base, "-t", "ml-100k", "-m", "P@5"])
     assert "unknown correction 'fdr'" in _one_error(capsys, [*base, "-t", "ml-100k", "--correction", "fdr"])
     assert "expected at least two" in _one_error(capsys, [*base, "-t", "ml-100k", "-r", "pop"])
     pq = next(res.rglob("bm25.*.perquery.csv.gz"))
