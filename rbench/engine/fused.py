@@ -196,14 +196,38 @@ def _gemm_kernels() -> Any:
     return _gemm_kernel
 
 
+def _gemm_mode() -> str:
+    """``RBENCH_GEMM``: ``tile`` (the default: BLAS tiles, certified scan), ``own`` or ``blas``."""
+    mode = os.environ.get("RBENCH_GEMM", "tile")
+    if mode not in ("tile", "own", "blas"):
+        raise RBenchError(f"RBENCH_GEMM must be tile, own or blas, got {mode!r}")
+    return mode
+
+
 def own_gemm(dim: int) -> bool:
-    """Whether the dense scorer's GEMMs are rbench's own kernel (``rbench.engine.kernels.gemm``): numba
-    importable and ``RBENCH_GEMM`` not ``blas``. Independent of ``RBENCH_FUSED``: the fused and
-    the reference path see the same bits. ``blas`` (numpy's GEMM, a comparison switch) gives up
-    bit-equal positives: an identical candidate may then miss its tie by an ulp."""
-    if os.environ.get("RBENCH_GEMM", "own") == "blas":
+    """Whether the dense scorer's scores are rbench's own arithmetic (``rbench.engine.kernels.gemm``:
+    one fp32 fma chain in k order): numba importable and ``RBENCH_GEMM`` not ``blas``. Independent
+    of ``RBENCH_FUSED``: the fused and the reference path see the same bits. ``tile`` (the
+    default) computes the fused scan's tiles with the fastest BLAS and certifies them against
+    these bits (``rbench.engine.blas_tiles``); ``own`` runs rbench's GEMM fused with the scan;
+    ``blas`` (numpy's GEMM, a comparison switch) gives up bit-equal positives: an identical
+    candidate may then miss its tie by an ulp."""
+    if _gemm_mode() == "blas":
         return False
     return dim > 0 and _gemm_kernels() is not None
+
+
+def tile_gemm() -> bool:
+    """Whether ``gemm_scan`` takes raw candidates and computes BLAS tiles (``RBENCH_GEMM=tile``)."""
+    return _gemm_mode() == "tile" and _gemm_kernels() is not None
+
+
+@cache
+def _tile_kernels() -> Any:
+    if _gemm_kernels() is None:
+        return None
+    from rbench.engine.kernels import tiles as _tiles_kernel
+    return _tiles_kernel
 
 
 def gemm_width() -> int:
@@ -246,10 +270,18 @@ def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.nd
     """``scan`` over the scores ``gemm`` would write for q and the n_cols packed candidates
     (pool indices from a), computed and scanned a block of query rows at a time while the block
     is in cache, never written whole. Row r's excluded candidates are the chunk columns
-    ``ex_col[ex_off[r]:ex_off[r+1]]`` (they score -inf). Only for rows that saw no fp64 chunk."""
+    ``ex_col[ex_off[r]:ex_off[r+1]]`` (they score -inf). Only for rows that saw no fp64 chunk.
+    ``packed`` 2-D: the raw candidates (C x d fp32, ``tile_gemm``): BLAS tiles, the same results."""
     if top.wide:
         raise ValueError("gemm_scan computes fp32 scores: it cannot follow an fp64 chunk")
     kernels = _kernels()
+    if packed.ndim == 2:
+        from rbench.engine import blas_tiles
+        with _LOCK:
+            blas_tiles.scan(_writable(q, np.float32), packed, a, _writable(thr, np.float32), pos, ex_off, ex_col,
+                            count_finite, higher, equal, finite, top, more, _tile_kernels(), kernels.threads())
+        top.done = top.k > 0 and not more
+        return
     n_threads = kernels.threads()
     size = _gemm_kernels().MC * packed.shape[0] * packed.shape[2]  # (a multiple of 16: rows stay 64-byte aligned)
     if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
@@ -334,7 +366,9 @@ def _groups(scan: bool = True, gemm: bool = True) -> list[tuple[str, bool]]:
     """(group, whether the engine would call it now), in the order they are warmed."""
     scan_on = scan and enabled()
     gemm_on = gemm and own_gemm(_WARM_DIM)
-    return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on)]
+    tiles = gemm_on and tile_gemm()
+    return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on and not tiles),
+            ("tile_scan", scan_on and tiles)]
 
 
 def _tiny_counts(n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -399,4 +433,20 @@ def _warm_gemm_scan() -> None:
                   more=False)
 
 
-_WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan}
+def _warm_tile_scan() -> None:
+    """``gemm_scan`` on BLAS tiles (raw candidates, writable and read-only: a memory-mapped pool's
+    chunk is read in place): without and with a top-k and exclusions."""
+    e = np.ones((20, _WARM_DIM), dtype=np.float32)
+    frozen = e.copy()
+    frozen.flags.writeable = False
+    q = np.ones((2, _WARM_DIM), dtype=np.float32)
+    no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
+    ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
+    for k in (0, 3):
+        thr, pos, higher, equal, finite = _tiny_counts(2)
+        top = TopK(2, k)
+        gemm_scan(q, e, len(e), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
+        gemm_scan(q, frozen, len(e), len(e), thr, pos, ex_off, ex_col, True, higher, equal, finite, top, more=False)
+
+
+_WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan, "tile_scan": _warm_tile_scan}

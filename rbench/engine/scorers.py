@@ -210,6 +210,8 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
     def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM
         and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
+        if fused.tile_gemm():  # BLAS tiles (rbench.engine.blas_tiles): the raw candidates, fp32
+            return query_vectors(batch), np.require(candidates(cand), np.float32, "C")
         return query_vectors(batch), packed_chunk(cand)
 
     def release() -> None:

@@ -32,9 +32,9 @@ from rbench.engine import fused
 from tests.helpers import TableRanker, make_pool, make_queries
 
 def signatures():
-    import rbench.engine.kernels.fused as fk, rbench.engine.kernels.gemm as gk
+    import rbench.engine.kernels.fused as fk, rbench.engine.kernels.gemm as gk, rbench.engine.kernels.tiles as tk
     return {f"{m.__name__.rsplit('.', 1)[1]}.{name}": sorted(str(s) for s in d.signatures)
-            for m in (fk, gk) for name, d in vars(m).items() if isinstance(d, Dispatcher)}
+            for m in (fk, gk, tk) for name, d in vars(m).items() if isinstance(d, Dispatcher)}
 
 out = {}
 os.environ["RBENCH_FUSED"] = "0"
@@ -140,7 +140,8 @@ def test_warmup_follows_the_switches_once_per_process(probe):
     assert not gemm_only["fused.scan"] and not gemm_only["fused.gemm_scan"]  # RBENCH_FUSED=0
     warmed = probe["warmed"]
     assert len(warmed["fused.scan"]) == 2  # fp32 and fp64 scores
-    assert warmed["fused.gemm_scan"] and warmed["fused.finish"]
+    assert len(warmed["tiles.tile_scan"]) == 2 and warmed["fused.finish"]  # BLAS tiles: writable, read-only
+    assert not warmed["fused.gemm_scan"]  # (rbench's fused GEMM only with RBENCH_GEMM=own)
     assert probe["gemm_only_s"] > 0 and probe["rest_s"] > 0  # each switch warmed when first on
     assert probe["again_s"] == 0.0
 
