@@ -222,9 +222,16 @@ def ranker_options(cls: type) -> list[dict[str, Any]]:
 
 def ranker_config(cls: type, overrides: dict[str, Any] | None = None, name: str = "") -> Any:
     """The typed options of ranker class ``cls``: its ``Config`` with ``--set`` overrides checked
-    and parsed (the defaults when there are none)."""
-    return build_config(getattr(cls, "Config", NoOptions), overrides,
-                        owner=f"ranker {name or getattr(cls, 'name', cls.__name__)!r}")
+    and parsed (the defaults when there are none). A class that declares no options is told how
+    to declare them, instead of an empty list of the options it has."""
+    owner = f"ranker {name or getattr(cls, 'name', cls.__name__)!r}"
+    options = getattr(cls, "Config", NoOptions)
+    if overrides and not dataclasses.fields(options):
+        given = ", ".join(f"{k}={v}" for k, v in overrides.items())
+        raise RBenchError(f"{owner} takes no options (--set {given}): --set sets the fields of the ranker class's "
+                          f"Config dataclass, and {cls.__name__} declares none; see 'Typed options' in "
+                          f"docs/guides/write-a-ranker.md")
+    return build_config(options, overrides, owner=owner)
 
 
 def _accepted(cls: type) -> set[str]:

@@ -14,7 +14,7 @@ import warnings
 import typer
 
 from rbench.cli import compare, listing, reproduce, run, tables, verify
-from rbench.cli.common import err, refuse_empty_paths
+from rbench.cli.common import err, escape_help, refuse_empty_paths
 from rbench.core.console import PipeClosed, quiet_stdout, styled
 from rbench.core.errors import RBenchError
 from rbench.core.faults import ranker_fault
@@ -111,7 +111,8 @@ def main(argv: list[str] | None = None) -> int:
     args = [a for a in args if a != DEBUG_FLAG]
     try:
         refuse_empty_paths(args)
-        code = app(args=args, prog_name="rbench", standalone_mode=False)
+        command = escape_help(typer.main.get_command(app))  # help texts shown as written (no rich markup)
+        code = command.main(args=args, prog_name="rbench", standalone_mode=False)
         sys.stdout.flush()  # a closed pipe shows here, not at the interpreter's exit
         if code == 130:  # click turned a KeyboardInterrupt into an abort
             err.print(styled(("interrupted", "yellow"), " (no partial RunRecord was written)"))

@@ -76,3 +76,23 @@ def refuse_empty_paths(argv: list[str]) -> None:
         if not eq and arg in PATH_FLAGS and i + 1 < len(argv) and not argv[i + 1].strip():
             raise RBenchError(f"{flag} is empty: give a folder or file name (. for the current folder)")
 
+
+
+def escape_help(command: Any) -> Any:
+    """``command`` (click's, as typer builds it) with every help text escaped for rich markup, in
+    place: typer renders help through rich, which reads ``[...]`` as a style and drops it
+    (``pip install 'rbench[ir-datasets]'`` showed as ``pip install 'rbench'``). Done once on the
+    built command tree, so no help string anywhere needs escaping by hand; the generated docs
+    read the texts unescaped (``typer.main.get_command`` builds a fresh tree)."""
+    from rich.markup import escape
+
+    for attr in ("help", "short_help", "epilog"):
+        text = getattr(command, attr, None)
+        if isinstance(text, str):
+            setattr(command, attr, escape(text))
+    for param in getattr(command, "params", ()):
+        if isinstance(getattr(param, "help", None), str):
+            param.help = escape(param.help)
+    for sub in (getattr(command, "commands", None) or {}).values():
+        escape_help(sub)
+    return command

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import sys
 from pathlib import Path
 from typing import Optional
 
@@ -21,9 +22,10 @@ def table_cmd(
     fmt: str = typer.Option("md", "--format", "-f", help="md | csv | json (written to --output)"),
     output: Optional[str] = typer.Option(None, "--output", "-o",
                                          help="File to write; default leaderboards/<scenario>[~variant].<fmt> in the "
-                                         "current folder, not beside --results-dir. "
-                                         "A folder (existing, or ending in /): that name inside it; no suffix: "
-                                         ".<fmt> is added. The path written is printed."),
+                                         "current folder (where a checkout of rbench keeps its committed tables), "
+                                         "not beside --results-dir. A folder (existing, or ending in /): that name "
+                                         "inside it; no suffix: .<fmt> is added. The path written is printed. "
+                                         "'-': the table in --format to stdout, no file (as ranx prints a report)."),
     paper: bool = typer.Option(False, "--paper", help="Append the paper's own numbers as a separate, labelled "
                                "reference table (md only)."),
     measures: Optional[list[str]] = typer.Option(None, "--measure", "-m", help="Also show this measure's column "
@@ -56,6 +58,9 @@ def table_cmd(
     from rbench.results.proof import DISAGREES
 
     lb = table(scenario, results_dir, variant, measures or ())
+    if output == "-":  # the table itself, for a pipe or a notebook cell: nothing else on stdout, no file
+        sys.stdout.write(render[fmt](lb))
+        return
     suffix = "" if lb.variant == "original" else f"~{lb.variant}"
     target = output_file(output, f"{scenario}{suffix}.{fmt}", f".{fmt}")
     text = render[fmt](lb).encode()
@@ -76,7 +81,8 @@ def table_cmd(
         atomic_write_bytes(target, text)
     except OSError as exc:
         raise RBenchError(f"cannot write {target} ({write_failure(target, exc)})") from exc
-    out.print(f"written: {target}")
+    out.print(f"written: {target}" + (f" (the default --output: leaderboards/ in {Path.cwd()}; -o FILE or -o - "
+                                      "for stdout)" if output is None else ""), soft_wrap=True, highlight=False)
 
 
 plot_app = typer.Typer(no_args_is_help=True, help="Figures from RunRecords (PNG).")
