@@ -122,25 +122,9 @@ def pessimistic_lists(positives: Ragged, ranks: Ragged, topk_index: np.ndarray, 
     full = valid.all(axis=1) if width else np.zeros(n, dtype=bool)
     rows = positives.row_ids()
     pos = np.asarray(positives.values, dtype=np.int64)
-    span = int(max(idx.max(initial=0), pos.max(initial=0))) + 1
-    key = np.where(valid, np.arange(n)[:, None] * span + idx, -1)
-    pos_key = rows * span + pos
-    is_pos = valid & np.isin(key, pos_key)
-    # the positives placed: rank within depth; score from the kept candidates, or (a full row that
-    # lacks it) the lowest kept score, which it ties with: a lower one would rank it past the width
     r = np.asarray(ranks.values, dtype=np.int64)
+    is_pos, p_score = _positive_scores(idx, val, valid, full, rows, pos, r)
     placed = (r >= 1) & (r <= depth)
-    flat_keys, flat_vals = key[valid], val[valid]
-    srt = np.argsort(flat_keys, kind="stable")
-    at = np.minimum(np.searchsorted(flat_keys[srt], pos_key), max(len(srt) - 1, 0))
-    found = len(srt) > 0
-    kept = np.zeros(len(pos), dtype=bool) if not found else flat_keys[srt][at] == pos_key
-    p_score = np.full(len(pos), np.nan)
-    if found:
-        p_score[kept] = flat_vals[srt][at][kept]
-    lowest = val[:, width - 1] if width else np.full(n, np.nan)
-    tied = ~kept & full[rows] & (r <= width)
-    p_score[tied] = lowest[rows[tied]]
     pos_idx = np.full((n, depth), -1, dtype=np.int64)
     pos_val = np.full((n, depth), np.nan)
     pr, pl = rows[placed], r[placed] - 1
@@ -170,6 +154,30 @@ def pessimistic_lists(positives: Ragged, ranks: Ragged, topk_index: np.ndarray, 
     if depth > 1 and (line_val[:, 1:] > line_val[:, :-1])[inside].any():
         raise ValueError("the positives' ranks and the kept candidates' scores disagree: not one evaluation's")
     return RunLists(index=line_idx, score=line_val, length=length.astype(np.int64), short=short)
+
+
+def _positive_scores(idx: np.ndarray, val: np.ndarray, valid: np.ndarray, full: np.ndarray, rows: np.ndarray,
+                     pos: np.ndarray, r: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """Which kept candidates are positives, and each positive's score: from the kept candidates,
+    or (a full row that lacks it) the lowest kept score, which it ties with: a lower one would
+    rank it past the width (NaN: unknown)."""
+    n, width = idx.shape
+    span = int(max(idx.max(initial=0), pos.max(initial=0))) + 1
+    key = np.where(valid, np.arange(n)[:, None] * span + idx, -1)
+    pos_key = rows * span + pos
+    is_pos = valid & np.isin(key, pos_key)
+    flat_keys, flat_vals = key[valid], val[valid]
+    srt = np.argsort(flat_keys, kind="stable")
+    at = np.minimum(np.searchsorted(flat_keys[srt], pos_key), max(len(srt) - 1, 0))
+    found = len(srt) > 0
+    kept = np.zeros(len(pos), dtype=bool) if not found else flat_keys[srt][at] == pos_key
+    p_score = np.full(len(pos), np.nan)
+    if found:
+        p_score[kept] = flat_vals[srt][at][kept]
+    lowest = val[:, width - 1] if width else np.full(n, np.nan)
+    tied = ~kept & full[rows] & (r <= width)
+    p_score[tied] = lowest[rows[tied]]
+    return is_pos, p_score
 
 
 def _order_key(v: np.ndarray) -> np.ndarray:
