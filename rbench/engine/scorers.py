@@ -165,32 +165,14 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
     ``finite_inputs``: the query vectors are checked here; when the candidates were checked too
     (``pool_checked``, as ``make_scorer`` does), the engine skips scanning every score for NaN/inf."""
     cache: dict[str, Any] = {}
-    packed: dict[tuple[int, int], np.ndarray] = {}
+    chunks = _PoolChunks(emb)
+    candidates, packed_chunk = chunks.candidates, chunks.packed
     own = fused.own_gemm(int(emb.shape[1]))
 
     def query_vectors(batch: Queries) -> np.ndarray:
         if cache.get("batch") is not batch:  # hold the batch: an id() could be reused
             cache["batch"], cache["q"] = batch, checked_query_vectors(encode_queries(batch), batch, emb.shape[1], name)
         return cache["q"]
-
-    def candidates(cand: np.ndarray) -> Any:
-        return emb[cand[0] : cand[-1] + 1] if _contiguous(cand) else emb[cand]  # (a view: no copy)
-
-    def packed_chunk(cand: np.ndarray) -> np.ndarray:
-        """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
-        _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
-        for each batch into one reused buffer (on these machines fresh pages cost more than the
-        packing itself)."""
-        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
-        if key is not None and key in packed:
-            return packed[key]
-        keep = key is not None and emb.shape[0] * emb.shape[1] * 4 <= _PACKED_BYTES
-        block = fused.pack(candidates(cand), None if keep else cache.get("pack_buf"))
-        if keep:
-            packed[key] = block
-        else:
-            cache["pack_buf"] = block
-        return block
 
     def score(batch: Queries, cand: np.ndarray) -> np.ndarray:
         q = query_vectors(batch)
@@ -214,15 +196,45 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
             return query_vectors(batch), np.require(candidates(cand), np.float32, "C")
         return query_vectors(batch), packed_chunk(cand)
 
-    def release() -> None:
+    return Scorer(score, harness_scores=True, scratch_output=True, finite_inputs=pool_checked,
+                  release=chunks.release, gemm_operands=operands if own else None)
+
+
+class _PoolChunks:
+    """A dense scorer's candidate chunks: views of the pool's rows, and packed for rbench's GEMM."""
+
+    def __init__(self, emb: Any) -> None:
+        self.emb = emb
+        self.kept: dict[tuple[int, int], np.ndarray] = {}
+        self.buf: np.ndarray | None = None
+
+    def candidates(self, cand: np.ndarray) -> Any:
+        emb = self.emb
+        return emb[cand[0] : cand[-1] + 1] if _contiguous(cand) else emb[cand]  # (a view: no copy)
+
+    def packed(self, cand: np.ndarray) -> np.ndarray:
+        """The chunk's candidates packed for rbench's GEMM. A pool whose packed copy fits in
+        _PACKED_BYTES keeps its chunks for the next query batches; a larger one is packed again
+        for each batch into one reused buffer (on these machines fresh pages cost more than the
+        packing itself)."""
+        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
+        if key is not None and key in self.kept:
+            return self.kept[key]
+        keep = key is not None and self.emb.shape[0] * self.emb.shape[1] * 4 <= _PACKED_BYTES
+        block = fused.pack(self.candidates(cand), None if keep else self.buf)
+        if keep:
+            self.kept[key] = block  # type: ignore[index]
+        else:
+            self.buf = block
+        return block
+
+    def release(self) -> None:
         """Leave the packed candidates' memory to the next scorer (``fused.keep_buffer``): the
         scorer is not used any more."""
-        for block in [*packed.values(), cache.pop("pack_buf", None)]:
+        for block in [*self.kept.values(), self.buf]:
             fused.keep_buffer(block)
-        packed.clear()
-
-    return Scorer(score, harness_scores=True, scratch_output=True, finite_inputs=pool_checked, release=release,
-                  gemm_operands=operands if own else None)
+        self.buf = None
+        self.kept.clear()
 
 
 def vector_scorer(emb: Any, query_vectors: np.ndarray, queries: Queries, name: str = "dense",
