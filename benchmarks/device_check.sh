@@ -12,6 +12,10 @@
 # benchmarks/gpu_scale.py at a quarter of Rec-Clothing's queries (46,482 x 6,805,462 x d=1024; the
 # full-scale time is projected in the table) for fp32, bf16-certified and tf32-certified, checked
 # against the fp32 reference on 16 sampled queries; writes benchmarks/results/gpu_scale_certified.md.
+#   bash benchmarks/device_check.sh lranker     (issue 44 item 4, about 2 minutes): benchmarks/gpu_step.py,
+# LRanker steps at Qwen3-0.6B's shape padded to the maximum lengths, at the data's lengths, and bucketed
+# (tokens/step, MFU, both schedules projected); writes benchmarks/results/gpu_step.md.
+#   bash benchmarks/device_check.sh issue44     both of the above (about 6-7 minutes: timeout_s 600).
 set -u
 cd "$(dirname "$0")/.."
 OUT="${OUT:-/tmp/device_check}"
@@ -58,13 +62,20 @@ except ImportError as exc:
     print("numba missing:", exc)
 import rbench.engine.evaluate, rbench.engine.torch_scan; print("rbench", rbench.__version__, "imports")
 '
-if [ "${1:-}" = certified ]; then
-  step pytest-certified 90 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_certified.py
-  step gpu-scale-certified 420 python3 benchmarks/gpu_scale.py --queries 46482 --out "$OUT/gpu_scale_certified.md"
-  [ -f "$OUT/gpu_scale_certified.md" ] && cp "$OUT/gpu_scale_certified.md" benchmarks/results/gpu_scale_certified.md
-  echo "=== done: status $status"
-  exit $status
-fi
+case "${1:-}" in
+  certified|lranker|issue44)
+    if [ "$1" != lranker ]; then
+      step pytest-certified 90 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_certified.py
+      step gpu-scale-certified 400 python3 benchmarks/gpu_scale.py --queries 46482 --out "$OUT/gpu_scale_certified.md"
+      [ -f "$OUT/gpu_scale_certified.md" ] && cp "$OUT/gpu_scale_certified.md" benchmarks/results/gpu_scale_certified.md
+    fi
+    if [ "$1" != certified ]; then
+      step gpu-step 240 python3 benchmarks/gpu_step.py --steps 6 --out "$OUT/gpu_step.md"
+      [ -f "$OUT/gpu_step.md" ] && cp "$OUT/gpu_step.md" benchmarks/results/gpu_step.md
+    fi
+    echo "=== done: status $status"
+    exit $status;;
+esac
 # the CUDA tests, then the whole file (CPU tests included: torch here may be another version)
 step pytest-cuda 200 python3 -m pytest -q -p no:cacheprovider -m cuda -rA tests/engine/test_torch_scan.py
 step pytest-all 40 python3 -m pytest -q -p no:cacheprovider -x tests/engine/test_torch_scan.py
