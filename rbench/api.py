@@ -13,7 +13,7 @@ import operator
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Protocol, runtime_checkable
+from typing import Any, ClassVar, Literal, Protocol, get_args, runtime_checkable
 
 import numpy as np
 from numpy.typing import NDArray
@@ -27,6 +27,7 @@ from rbench.core.settings import DEFAULT_SEED
 
 Scenario = Literal["small", "large", "ultra"]
 Domain = Literal["recommendation", "routing", "passage", "product", "generic"]
+DOMAINS: tuple[str, ...] = get_args(Domain)  # the task domains, written once (in ``Domain``)
 SCENARIOS: tuple[str, ...] = ("small", "large", "ultra")
 VARIANT_KINDS: tuple[str, ...] = ("mixed", "shift", "scaled")  # variants that draw candidates from donors
 
@@ -603,7 +604,7 @@ class BaseRanker:
     version: ClassVar[str] = "0"
     description: ClassVar[str] = ""
     Config: ClassVar[type] = NoOptions
-    domains: ClassVar[tuple[str, ...]] = ("recommendation", "routing", "passage", "product", "generic")
+    domains: ClassVar[tuple[str, ...]] = DOMAINS
     transfers: ClassVar[bool] = False
     # the engine's contract on scores (rbench.engine.evaluate.evaluate): ``set_dependent`` rankers (listwise,
     # pairwise, a softmax over the call) get each query's whole list in one call; the others'
