@@ -53,7 +53,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from rbench.api import Pool, Queries, TaskData
+from rbench.api import DOMAINS, Pool, Queries, TaskData
 from rbench.plugin import FLOAT32_KERNELS, AtLeast0, AtLeast1, BaseRanker, Positive, Range, RBenchError
 
 # the first stage's depth negatives are drawn from: a ranking that deep is computed per training query
@@ -319,7 +319,7 @@ class CrossEncoderRanker(PairRanker):
     version = "1"
     description = "cross-encoder reranker (sentence-transformers CrossEncoder; presets monobert, bge-reranker-v2-m3)"
     Config = CrossEncoderOptions
-    domains = ("recommendation", "routing", "passage", "product", "generic")
+    domains = DOMAINS
     pairwise = True
     rerank_depth = 100
     presets = {k: {"model": p.model, "labels": p.num_labels, "activation": p.activation,

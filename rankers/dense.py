@@ -47,12 +47,11 @@ from typing import Any, Literal
 
 import numpy as np
 
-from rbench.api import Pool, Queries
+from rbench.api import DOMAINS, Pool, Queries
 from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, RBenchError, pool_embeddings
 
 Pooling = Literal["auto", "mean", "cls", "last", "st"]
 
-ALL_DOMAINS = ("recommendation", "routing", "passage", "product", "generic")
 
 
 @dataclass(frozen=True)
@@ -374,7 +373,7 @@ class DenseRanker(BaseRanker):
     version = "1"
     description = "any HF / sentence-transformers encoder (bi-encoder, inner product)"
     Config = DenseOptions
-    domains = ALL_DOMAINS
+    domains = DOMAINS
     presets = describe_presets()  # --set model=NAME; shown by `rbench rankers`
 
     def __init__(self, config: Any | None = None, context: Any | None = None) -> None:

@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 
 import numpy as np
 
-from rbench.api import Pool
+from rbench.api import DOMAINS, Pool
 from rbench.plugin import AtLeast1, DropoutRate, Positive, Range, RBenchError
 from rbench_rankers.cross_encoder import HardDepth, PairRanker, torch_device
 
@@ -97,7 +97,7 @@ class RankLlamaRanker(PairRanker):
     version = "1"
     description = "RankLLaMA reranker (Llama-2-7B + castorini LoRA adapter; last-token score)"
     Config = RankLlamaOptions
-    domains = ("recommendation", "routing", "passage", "product", "generic")
+    domains = DOMAINS
     pairwise = True
     default_depth = 200
     rerank_depth = 200

@@ -42,7 +42,7 @@ from typing import Annotated, Any, ClassVar, Literal
 
 import numpy as np
 
-from rbench.api import Pool, Queries, TaskData
+from rbench.api import DOMAINS, Pool, Queries, TaskData
 from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, Range, RBenchError, Seed
 
 from .backends import Chat, Decoding, GenerationStats
@@ -52,7 +52,6 @@ from .prompts import TEMPLATE_VERSION, truncate, wording
 # the most candidates one LLM prompt lists: every list is a prompt (and a window's answer) per query (issue 42)
 MaxList = Annotated[int, Range(1, 10_000)]
 
-ALL_DOMAINS = ("recommendation", "routing", "passage", "product", "generic")
 
 
 @dataclass
@@ -140,7 +139,7 @@ class GenerativeRanker(BaseRanker):
 
     version = "1"
     Config: ClassVar[type] = GenerativeOptions
-    domains = ALL_DOMAINS
+    domains = DOMAINS
     transfers = True
     set_dependent = True
     windowed: ClassVar[bool] = False

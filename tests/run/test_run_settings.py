@@ -60,3 +60,29 @@ def test_run_outcome_passes_its_options_to_plan_run():
     params = inspect.signature(public.run_outcome).parameters
     assert [p.kind for p in params.values()][-1] is inspect.Parameter.VAR_KEYWORD
     assert set(params) - {"ranker", "task", "progress", "kwargs"} == set()
+
+
+def test_the_task_domains_are_written_once():
+    """``rbench.api.Domain`` names the five domains; anywhere else they are read from ``DOMAINS``,
+    never written out again (a sixth domain is then added in one place)."""
+    import ast
+    from pathlib import Path
+    from typing import get_args
+
+    from rbench.api import DOMAINS, Domain
+
+    assert DOMAINS == get_args(Domain) and len(DOMAINS) == 5
+    root = Path(__file__).resolve().parents[2]
+    written = []
+    for path in sorted((root / "rbench").rglob("*.py")) + sorted((root / "rankers").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, (ast.Tuple, ast.List, ast.Set)):
+                names = {e.value for e in node.elts if isinstance(e, ast.Constant)}
+                if set(DOMAINS) <= names:
+                    written.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert written == [f"rbench/api.py:{_domain_line(root)}"], written
+
+
+def _domain_line(root) -> int:
+    text = (root / "rbench" / "api.py").read_text().splitlines()
+    return next(i for i, line in enumerate(text, 1) if line.startswith("Domain = Literal["))
