@@ -220,6 +220,21 @@ def ranker_options(cls: type) -> list[dict[str, Any]]:
     return out
 
 
+def describe_ranker(cls: type) -> dict[str, Any]:
+    """What ``rbench rankers --json`` prints of a ranker class and its generated docs page shows:
+    version, one-line description (its ``description``, else its docstring's first line), domains,
+    options, and where declared its presets, ``pairwise`` and a generative ranker's prompt on a
+    two-candidate example. One place, so the listing and the docs cannot differ."""
+    doc = (cls.__doc__ or "").strip().split("\n")[0]
+    presets = getattr(cls, "presets", None)
+    example = getattr(cls, "prompt_example", None)
+    return {"version": getattr(cls, "version", ""), "description": getattr(cls, "description", "") or doc,
+            "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls),
+            **({"presets": presets} if presets else {}),
+            **({"pairwise": True} if getattr(cls, "pairwise", False) else {}),
+            **({"prompt": example()} if callable(example) else {})}
+
+
 def ranker_config(cls: type, overrides: dict[str, Any] | None = None, name: str = "") -> Any:
     """The typed options of ranker class ``cls``: its ``Config`` with ``--set`` overrides checked
     and parsed (the defaults when there are none). A class that declares no options is told how

@@ -234,7 +234,7 @@ def _tasks_index() -> str:
 def _rankers() -> list[tuple[str, str, str]]:
     """(name, one-line description, page text) for every ranker that ships with rbench, and every
     installed third-party plugin too when the builder sets ``RBENCH_DOCS_PLUGINS=1``."""
-    from rbench.rankers import available_rankers, load_ranker_class, ranker_options
+    from rbench.rankers import available_rankers, describe_ranker, load_ranker_class
 
     pages = []
     for name in available_rankers(built_in_only=not third_party_pages()):
@@ -243,22 +243,23 @@ def _rankers() -> list[tuple[str, str, str]]:
         except Exception as exc:  # a plugin that cannot load still gets a page saying so
             pages.append((name, "(not loadable here)", f"# {name}\n\nThis plugin could not be loaded: {_text(exc)}\n"))
             continue
-        description = getattr(cls, "description", "") or _docstring(cls).split("\n")[0]
+        facts = describe_ranker(cls)  # what `rbench rankers --json` prints of it
+        description = facts["description"]
         cfg = getattr(cls, "Config", None)
         helps = _field_help(cfg) if cfg is not None and dataclasses.is_dataclass(cfg) else {}
         lines = [f"# {name}", "", _text(description), "",
                  "| | |", "|---|---|",
-                 f"| version | `{getattr(cls, 'version', '')}` |",
-                 f"| applies to | {', '.join(f'`{d}`' for d in getattr(cls, 'domains', ())) or 'every domain'} |",
+                 f"| version | `{facts['version']}` |",
+                 f"| applies to | {', '.join(f'`{d}`' for d in facts['domains']) or 'every domain'} |",
                  f"| class | `{cls.__module__}.{cls.__qualname__}` |",
-                 f"| pairwise (scored through `--rerank-from`) | {'yes' if getattr(cls, 'pairwise', False) else 'no'} |",
+                 f"| pairwise (scored through `--rerank-from`) | {'yes' if facts.get('pairwise') else 'no'} |",
                  f"| set-dependent (whole list per call) | {'yes' if getattr(cls, 'set_dependent', False) else 'no'} |",
                  f"| transfers zero-shot (`--variant from-TASK`) | {'yes' if getattr(cls, 'transfers', False) else 'no'} |",
                  "", "```bash", f"rbench run --ranker {name} --task TASK --set KEY=VALUE", "```", "",
                  "## Options", "", "Set with `--set KEY=VALUE` (CLI) or `options={...}` (`rbench.evaluate`); "
                  "the defaults are the paper's settings.", ""]
-        lines += _options_table(ranker_options(cls), helps)
-        presets = getattr(cls, "presets", None)
+        lines += _options_table(facts["options"], helps)
+        presets = facts.get("presets")
         if presets:
             lines += ["## Presets", "", "`--set model=NAME` picks one; each sets these options:", "",
                       "| preset | settings |", "|---|---|"]

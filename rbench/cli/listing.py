@@ -87,7 +87,7 @@ def _protocol_doc(spec) -> str:
 
 def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machine-readable JSON.")) -> None:
     """List the installed ranker plugins (entry-point group ``rbench.rankers``) and their options."""
-    from rbench.rankers import available_rankers, load_ranker_class, ranker_options
+    from rbench.rankers import available_rankers, describe_ranker, load_ranker_class
 
     rows = []
     for name in available_rankers():
@@ -96,13 +96,7 @@ def rankers_cmd(as_json: bool = typer.Option(False, "--json", help="Print machin
         except RBenchError as exc:
             rows.append({"name": name, "available": False, "error": str(exc)})
             continue
-        rows.append({"name": name, "available": True, "version": getattr(cls, "version", ""),
-                     "description": getattr(cls, "description", "") or (cls.__doc__ or "").strip().split("\n")[0],
-                     "domains": list(getattr(cls, "domains", ())), "options": ranker_options(cls),
-                     **({"presets": cls.presets} if getattr(cls, "presets", None) else {}),
-                     **({"pairwise": True} if getattr(cls, "pairwise", False) else {}),
-                     # a generative ranker's prompt, rendered on a two-candidate example
-                     **({"prompt": cls.prompt_example()} if callable(getattr(cls, "prompt_example", None)) else {})})
+        rows.append({"name": name, "available": True, **describe_ranker(cls)})
     if as_json:
         print(json.dumps(rows, indent=2, default=str))
         return
