@@ -5,8 +5,8 @@ Every attribute the harness reads from a ranker class or object is declared on t
 ranker records every attribute that rbench's own code looks up on it (on the class, through a
 metaclass, and on the object) during runs of each kind: plain ``score`` and dense
 (``encode_pool``/``encode_queries``) rankers on a recommendation task (ml-100k, exclusions) and a
-routing task, a two-stage run (``--rerank-from pop``), a CLI run of a registered plugin and
-``rbench rankers``. A read of anything undeclared fails the test with its name.
+routing task, a two-stage run (``--rerank-from pop``), a CLI run of a registered plugin, its
+``rbench verify --rerun`` and ``rbench rankers``. A read of anything undeclared fails the test with its name.
 
 Planted bugs it catches (each checked by planting it): the runner reading an undeclared
 ``getattr(cls, "uses_gpu", False)`` in ``plan_run``; the scorer reading
@@ -138,6 +138,8 @@ def test_every_read_is_declared(capsys, registered, tmp_path):
     code, _, err = cli(capsys, "run", "-r", VectorSpy.name, "-t", "ml-100k", "--max-queries", "20",
                          "--results-dir", str(tmp_path))
     assert code == 0, err
+    code, out, err = cli(capsys, "verify", str(tmp_path), "--rerun")  # reruns the record: reads the class again
+    assert code == 0 and "OK" in out, out + err
     code, out, err = cli(capsys, "rankers", "--json")
     assert code == 0 and Spy.name in out, err
     # the spy was really read (score/encode paths, the scorer's and runner's optional attributes)
