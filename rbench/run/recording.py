@@ -34,6 +34,7 @@ from rbench.results.record import (
     run_tag,
     write_run,
 )
+from rbench.run.plan import RunPlan
 from rbench.run.strategies import Scored
 
 
@@ -63,13 +64,13 @@ class RecordSlot:
     path: Path
 
     @classmethod
-    def of(cls, plan: Any, diff: dict[str, Any]) -> RecordSlot:
+    def of(cls, plan: RunPlan, diff: dict[str, Any]) -> RecordSlot:
         chash = config_hash(diff) if diff else ""
         spec = plan.spec
         return cls(diff, chash, record_path(plan.results_dir, spec.scenario, task_key(spec.name, plan.variant),
                                             plan.ranker, chash))
 
-    def sampled(self, plan: Any, max_queries: int | None) -> RecordSlot:
+    def sampled(self, plan: RunPlan, max_queries: int | None) -> RecordSlot:
         """The slot once the sample is known: a sample as large as the test split is a full run."""
         if self.diff.get("max_queries") == max_queries:
             return self
@@ -84,7 +85,7 @@ class RecordSlot:
             raise RBenchError(f"the RunRecord {self.path} is {kind}: move it away (a record is a file)")
 
 
-def _default_config(plan: Any, context: RunContext) -> dict[str, Any]:
+def _default_config(plan: RunPlan, context: RunContext) -> dict[str, Any]:
     """What a default-built ranker of the plan's class reports (a ready-made object whose class
     cannot be built without arguments has no defaults to compare with: all of its config counts)."""
     try:
@@ -95,7 +96,7 @@ def _default_config(plan: Any, context: RunContext) -> dict[str, Any]:
         return {}
 
 
-def identity(plan: Any, ranker: Any, context: RunContext) -> dict[str, Any]:
+def identity(plan: RunPlan, ranker: Any, context: RunContext) -> dict[str, Any]:
     """The run's identity: its options that differ from the defaults, read from the protocol's
     ``config`` (any plugin has one), compared with what a default-built ranker reports; the task
     options, sample, seed and rerank spec likewise. Its hash names the RunRecord file."""
@@ -125,7 +126,7 @@ class Measured:
     max_queries: int | None
 
 
-def make_record(plan: Any, ranker: Any, data: TaskData, scored: Scored, values: dict[str, np.ndarray],
+def make_record(plan: RunPlan, ranker: Any, data: TaskData, scored: Scored, values: dict[str, np.ndarray],
                 slot: RecordSlot, measured: Measured) -> RunRecord:
     """The RunRecord of a scored run (its per-query table attached)."""
     result, spec = scored.result, plan.spec
@@ -154,7 +155,7 @@ def make_record(plan: Any, ranker: Any, data: TaskData, scored: Scored, values: 
     return record
 
 
-def _run_options(plan: Any, slot: RecordSlot, max_queries: int | None) -> dict[str, Any]:
+def _run_options(plan: RunPlan, slot: RecordSlot, max_queries: int | None) -> dict[str, Any]:
     return {"max_queries": max_queries, "batch_size": plan.batch_size, "chunk_size": plan.chunk_size,
             "non_default": slot.diff,
             **({"ray_shards": plan.ray_shards} if plan.ray_shards else {}),
@@ -162,7 +163,7 @@ def _run_options(plan: Any, slot: RecordSlot, max_queries: int | None) -> dict[s
             **({"world_size": plan.world.size} if plan.world.size > 1 else {})}
 
 
-def write(plan: Any, record: RunRecord, slot: RecordSlot, data: TaskData, scored: Scored,
+def write(plan: RunPlan, record: RunRecord, slot: RecordSlot, data: TaskData, scored: Scored,
           values: dict[str, np.ndarray]) -> Path:
     """The record, its per-query file and (``--topk`` > 0) its gzipped TREC run file."""
     result = scored.result
