@@ -135,7 +135,7 @@ def evaluate_dense_torch(
     # certified.round_tf32 and multiplied in fp32: the same arithmetic, and torch's CPU "high"
     # precision may mean bf16)
     hardware_tf32 = precision == "tf32" or (precision == "tf32-certified" and dev.type == "cuda")
-    with _matmul_precision(torch, "tf32" if hardware_tf32 else "fp32"):
+    with _matmul_precision(torch, "tf32" if hardware_tf32 else "fp32", fp32_reductions=precision in certified.CERTIFIED):
         if queries.candidates is None:
             scan.shared(pool_vectors, qv, batch_size, chunk_size)
         else:
@@ -177,24 +177,31 @@ def reference_scorer(pool_vectors: Any, query_vectors: np.ndarray, queries: Quer
 
 class _matmul_precision:
     """fp32 GEMMs as asked for the call: TF32 only for "tf32" (CUDA's allow_tf32, and torch's
-    float32 matmul precision, which may let oneDNN use bf16 on CPUs that have it), restored after."""
+    float32 matmul precision, which may let oneDNN use bf16 on CPUs that have it), restored after.
+    ``fp32_reductions``: bf16 GEMMs may not reduce split-K partial sums in bf16 (torch's
+    allow_bf16_reduced_precision_reduction): the certified bound assumes fp32 accumulation."""
 
-    def __init__(self, torch: Any, precision: str) -> None:
-        self.torch, self.precision = torch, precision
+    def __init__(self, torch: Any, precision: str, fp32_reductions: bool = False) -> None:
+        self.torch, self.precision, self.fp32_reductions = torch, precision, fp32_reductions
 
     def __enter__(self) -> None:
         t = self.torch
-        self.saved = (t.get_float32_matmul_precision(), t.backends.cuda.matmul.allow_tf32)
+        m = t.backends.cuda.matmul
+        self.saved = (t.get_float32_matmul_precision(), m.allow_tf32, m.allow_bf16_reduced_precision_reduction)
         with warnings.catch_warnings():  # (newer torch prefers its fp32_precision switches: same effect)
             warnings.simplefilter("ignore")
             t.set_float32_matmul_precision("high" if self.precision == "tf32" else "highest")
-            t.backends.cuda.matmul.allow_tf32 = self.precision == "tf32"
+            m.allow_tf32 = self.precision == "tf32"
+            if self.fp32_reductions:
+                m.allow_bf16_reduced_precision_reduction = False
 
     def __exit__(self, *exc: Any) -> None:
+        m = self.torch.backends.cuda.matmul
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.torch.set_float32_matmul_precision(self.saved[0])
-            self.torch.backends.cuda.matmul.allow_tf32 = self.saved[1]
+            m.allow_tf32 = self.saved[1]
+            m.allow_bf16_reduced_precision_reduction = self.saved[2]
 
 
 def _pad(r: Ragged, fill: Any, dtype: Any) -> tuple[np.ndarray, np.ndarray]:
