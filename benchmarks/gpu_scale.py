@@ -54,7 +54,7 @@ def make_data(args: argparse.Namespace) -> tuple[np.ndarray, np.ndarray, Any, fl
     rng = np.random.default_rng(0)
     pos = rng.integers(0, args.pool, args.queries)
     if args.signal:  # the positive leans toward its query: it ranks high, as a trained model's does
-        np.add.at(emb, pos, args.signal * qv)
+        torch.from_numpy(emb).index_add_(0, torch.from_numpy(pos), torch.from_numpy(qv), alpha=args.signal)
     n_twins = min(args.twins, args.pool // 2)
     emb[rng.integers(0, args.pool, n_twins)] = emb[pos[rng.integers(0, args.queries, n_twins)]]
     offs = np.arange(args.queries + 1, dtype=np.int64)
