@@ -116,6 +116,11 @@ def _report(outcome: Any) -> None:
                   f"{rr['first_stage_recall@depth']:.3f}" + (" · stage 1 from cache" if rr.get("cached") else "")
                   + ("" if rr["depth"] == "all" else " · '-dropped' metrics: positives below the depth count as "
                      "not retrieved (BEIR/MTEB style)"))
+        if "first_stage_metrics" in rr:  # stage 1 alone on the same queries, and the paired test
+            vs = rr["vs_first_stage"]
+            out.print("stage 1 alone on these queries: " + " · ".join(
+                f"{'MRR' if m == 'RR' else m} {100 * rr['first_stage_metrics'][m]:.2f} "
+                f"(rerank {100 * vs[m]['delta']:+.2f}, p={vs[m]['p']:.3g})" for m in ("nDCG@10", "RR") if m in vs))
     from rbench.results.ranking_checks import flag
 
     if why := flag(rec.ranker_info):  # a ranker that did not rank (docs: generative rankers)

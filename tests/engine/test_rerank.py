@@ -279,7 +279,7 @@ def test_cli_end_to_end(capsys, tmp_path):
     args = ("run", "-r", "pop", "-t", "ml-100k", "--max-queries", "50", "--results-dir", str(tmp_path), "-q")
     code, out, err = cli(capsys, *args, "--rerank-from", "bm25", "--rerank-depth", "20")
     assert code == 0, err
-    assert "pop (bm25@20)" in out and "RR-dropped" in out
+    assert "pop (bm25@20)" in out and "RR-dropped" in out and "stage 1 alone on these queries: nDCG@10" in out
     records = sorted((tmp_path / "large" / "ml-100k").glob("pop*.json"))
     assert len(records) == 1
     rec = json.loads(records[0].read_text())
