@@ -9,25 +9,33 @@ absolute numbers are not comparable: the ordering and the ratios to LRanker are 
 Method: each ranker is built once (``make_ranker``) and handed as a ready-made object to
 ``rbench.evaluate(ranker, "rec-music", max_queries=N)``, so its model is loaded once. One
 untimed warm-up run on 1 query (model load, first forward passes), then ``--repeats`` timed
-runs on the same seeded sample of N test queries; reported: the median of
-``record.timings["per_query_ms"]`` (the engine's ``score_s`` / N: for a generative ranker every
-model call of the query plus the engine's scan; for LRanker the query encoding plus the scan of
-the pool's vectors, the pool encoded beforehand in ``fit``/``index`` and not timed, as the
-paper's inference latency). Generative rankers run with the response cache off (``cache=false``)
-so every call reaches the model; model calls and tokens per query are the differences of the
-cumulative ``ranker_info["generation"]`` counters over the timed runs, divided by the queries.
+runs on the same seeded sample of N test queries (default 20 x 3); reported: the median over
+the runs of the ranking's time per query. Every call the engine makes to ``ranker.score`` is
+timed and counted here: the call that ranks the N queries' lists is the ranking (for a
+generative ranker every model call of the query; for LRanker the query encoding plus the scan
+of the pool's vectors, the pool encoded beforehand in ``fit``/``index`` and not timed, as the
+paper's inference latency); the engine's consistency re-check (one query's half list scored
+again, for a ranker whose scores do not depend on the list: pointwise-llm and LRanker) is
+counted apart, in its own columns, not in ms/query or calls/query (issue 41: the first table
+counted pointwise's re-check as its calls). Generative rankers run with the response cache off
+(``cache=false``) so every call reaches the model; model calls and tokens are the differences
+of the ranker's ``info["generation"]`` counters around each ``score`` call.
 
 LRanker runs with the ``preset=cpu`` backbone (all-MiniLM-L6-v2, 22.7M) and the smallest
 training budget (``max_steps=40 eval_every=40 n_negatives=5``; a checkpoint of that key is reused
 from the cache, else training runs first, outside the timing) and direct ranking E^(0)
 (``width=0 depth=0``, no test-time scaling). Training budget does not change inference cost.
 
-PRP-Sliding-10 makes 380 model calls a query on 20 candidates (10 passes x 19 pairs x 2 orders),
-PRP-Allpair 380 as well (190 pairs x 2); ``--slow-queries`` (default 1) caps their N.
+PRP-Sliding-10 makes 290 model calls a query on 20 candidates (145 pairs x 2 orders, about 4 min
+a query on 2 CPU cores), PRP-Allpair 380 (190 pairs x 2): 20 queries x 3 repeats of either do
+not fit a session, so the ``prp`` row is PRP-Sorting top-3 (``variant=sorting top_k=3``, about
+35 pairs, 70 calls a query), the cheaper mode of the paper, and says so in its options column;
+``prp-sliding`` and ``prp-allpair`` are there to be asked for, with ``--slow-queries`` capping
+their N.
 
 Usage (heavy: run under the machine-wide lock):
-    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py --queries 2 --repeats 1
-    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py --rankers rankgpt,lranker
+    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py   # 20 queries x 3 repeats
+    flock /tmp/heavy.lock python benchmarks/llm_rankers_latency.py --rankers rankgpt,lranker --output X.md
 Prints a rich table and writes benchmarks/results/llm_rankers_latency.md after every ranker (a
 run cut short keeps its rows).
 """
@@ -39,7 +47,9 @@ import platform
 import statistics
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -57,9 +67,11 @@ RANKERS: dict[str, tuple[str, dict, str | None, bool]] = {
     "iranker": ("iranker", GENERATIVE, "IRanker", False),
     "iranker-direct": ("iranker", {**GENERATIVE, "variant": "direct"}, None, False),
     "pointwise-llm": ("pointwise-llm", GENERATIVE, None, False),
-    "prp": ("prp", GENERATIVE, "PRP", True),
+    "prp": ("prp", {**GENERATIVE, "variant": "sorting", "top_k": 3}, "PRP", False),
+    "prp-sliding": ("prp", {**GENERATIVE, "variant": "sliding"}, "PRP", True),
     "prp-allpair": ("prp", {**GENERATIVE, "variant": "allpair"}, None, True),
 }
+DEFAULT_RANKERS = ("lranker", "rankgpt", "iranker", "pointwise-llm", "prp")
 TASK = "rec-music"
 
 
@@ -73,9 +85,41 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine()
 
 
-def gen_counts(record) -> dict:
-    g = (record.ranker_info or {}).get("generation") or {}
-    return {k: float(g.get(k, 0) or 0) for k in ("calls", "tokens_in", "tokens_out")}
+COUNTERS = ("calls", "tokens_in", "tokens_out")
+
+
+def gen_counts(ranker: Any) -> dict[str, float]:
+    """The generative ranker's cumulative counters (zeros for a ranker without them)."""
+    g = (getattr(ranker, "info", None) or {}).get("generation") or {}
+    return {k: float(g.get(k, 0) or 0) for k in COUNTERS}
+
+
+@dataclass
+class ScoreCall:
+    """One ``ranker.score`` call the engine made: how many query rows, its seconds and counters."""
+
+    rows: int
+    seconds: float
+    counts: dict[str, float]
+
+
+def time_score_calls(ranker: Any) -> list[ScoreCall]:
+    """Wrap ``ranker.score`` (on the instance) so every call the engine makes is timed and counted:
+    the ranking call and the consistency re-check are told apart by their rows afterwards."""
+    log: list[ScoreCall] = []
+    inner = ranker.score
+
+    def score(queries: Any, candidates: Any) -> Any:
+        before = gen_counts(ranker)
+        t0 = time.perf_counter()
+        out = inner(queries, candidates)
+        seconds = time.perf_counter() - t0
+        after = gen_counts(ranker)
+        log.append(ScoreCall(len(queries), seconds, {k: after[k] - before[k] for k in COUNTERS}))
+        return out
+
+    ranker.score = score
+    return log
 
 
 def measure(key: str, args, console) -> dict:
@@ -85,26 +129,41 @@ def measure(key: str, args, console) -> dict:
     from rbench.rankers import make_ranker
 
     name, options, paper, slow = RANKERS[key]
-    n = min(args.queries, args.slow_queries) if slow else args.queries
+    n = min(args.queries, args.slow_queries) if slow and args.slow_queries else args.queries
     ranker = make_ranker(name, dict(options), RunContext(cache_dir=paths.cache_dir(), seed=args.seed,
                                                          show_progress=False))
     t0 = time.perf_counter()
     rec = rbench.evaluate(ranker, TASK, max_queries=1, seed=args.seed)  # warm-up (and LRanker's fit), untimed
     warm_s = time.perf_counter() - t0
-    before = gen_counts(rec)
-    times = []
+    log = time_score_calls(ranker)
+    times, engine_times, recheck_s = [], [], []
+    ranking: list[ScoreCall] = []
+    recheck: list[ScoreCall] = []
     for rep in range(args.repeats):
+        del log[:]
         rec = rbench.evaluate(ranker, TASK, max_queries=n, seed=args.seed)
-        times.append(float(rec.timings["per_query_ms"]))
-        console.log(f"{key}: repeat {rep + 1}/{args.repeats}: {times[-1]:,.1f} ms/query ({n} queries)")
-    after = gen_counts(rec)
-    per_q = {k: (after[k] - before[k]) / (n * args.repeats) for k in after}
+        # the engine scores the batch of N lists (one batch: N <= its 256), then re-checks
+        rank_calls, checks = log[:1], log[1:]
+        if not rank_calls or rank_calls[0].rows != n:
+            raise SystemExit(f"{key}: expected a first score call of {n} queries, got {[c.rows for c in log]}")
+        ranking += rank_calls
+        recheck += checks
+        times.append(1000.0 * sum(c.seconds for c in rank_calls) / n)
+        engine_times.append(float(rec.timings["per_query_ms"]))
+        recheck_s.append(sum(c.seconds for c in checks))
+        console.log(f"{key}: repeat {rep + 1}/{args.repeats}: {times[-1]:,.1f} ms/query ranking, "
+                    f"{recheck_s[-1]:,.2f} s re-check ({n} queries)")
+    runs = args.repeats
+    per_q = {k: sum(c.counts[k] for c in ranking) / (n * runs) for k in COUNTERS}
+    re_per_run = {k: sum(c.counts[k] for c in recheck) / runs for k in COUNTERS}
     close = getattr(ranker, "close", None)
     if callable(close):
         close()
     sets = "" if key == "lranker" else " ".join(f"{k}={v}" for k, v in options.items() if k not in GENERATIVE)
     return {"key": key, "ranker": name, "sets": sets, "paper": paper, "n": n, "ms": statistics.median(times),
-            "runs": times, "warm_s": warm_s, "generative": key != "lranker", **per_q,
+            "runs": times, "engine_ms": statistics.median(engine_times), "warm_s": warm_s,
+            "generative": key != "lranker", **per_q,
+            "recheck_s": statistics.median(recheck_s), "recheck_calls": re_per_run["calls"],
             "mrr": float(rec.metrics.get("MRR", rec.metrics.get("RR", float("nan"))))}
 
 
@@ -120,9 +179,12 @@ def build_rows(rows: list[dict]) -> list[list[str]]:
         out.append([
             r["key"] + (f" ({r['sets']})" if r["sets"] else ""), str(r["n"]), fmt_ms(r["ms"]),
             " ".join(f"{t:,.0f}" for t in r["runs"]),
-            f"{r['calls']:,.0f}" if r["generative"] else "-",
+            f"{r['calls']:,.1f}" if r["generative"] else "-",
             f"{r['tokens_in']:,.0f}" if r["generative"] else "-",
             f"{r['tokens_out']:,.0f}" if r["generative"] else "-",
+            (f"{r['recheck_s']:,.2f} s, {r['recheck_calls']:,.0f} calls" if r["generative"]
+             else f"{r['recheck_s'] * 1000:,.1f} ms") if r["recheck_s"] else "none (set-dependent)",
+            fmt_ms(r["engine_ms"]),
             f"{r['ms'] / lr:,.0f}x" if lr else "n/a (lranker not measured)",
             f"{r['paper']}: {fmt_ms(paper)}" if paper else "-",
             f"{paper / PAPER_MS['LRanker']:,.0f}x" if paper else "-",
@@ -131,15 +193,19 @@ def build_rows(rows: list[dict]) -> list[list[str]]:
 
 
 COLS = ["ranker (options)", "queries", "ms/query (median)", "runs (ms/query)", "model calls/query",
-        "tokens in/query", "tokens out/query", "vs LRanker (here)", "paper ms/query", "paper vs LRanker"]
+        "tokens in/query", "tokens out/query", "engine re-check per run (apart)", "engine per_query_ms (with re-check)",
+        "vs LRanker (here)", "paper ms/query", "paper vs LRanker"]
 
 
 def write(rows: list[dict], args, head: str) -> str:
     lines = ["# Generative rankers vs LRanker: per-query latency on rec-music (20 candidates)", "", head, "",
              f"Median of {args.repeats} timed run(s) after a 1-query warm-up, per ranker, one process; "
-             "ms/query = `record.timings[\"per_query_ms\"]` of `rbench.evaluate` (every model call of a "
-             "query plus the engine's scan; LRanker: query encoding plus scan, pool encoded beforehand). "
-             "Calls and tokens per query from `ranker_info[\"generation\"]` over the timed runs. "
+             "ms/query = the time of the `ranker.score` call that ranks the N lists of `rbench.evaluate`, / N "
+             "(every model call of a query; LRanker: query encoding plus scan, pool encoded beforehand). "
+             "The engine's consistency re-check (one query's half list scored again, for rankers whose "
+             "scores do not depend on the list: pointwise-llm, LRanker) is counted apart, per run, and "
+             "is in the engine's per_query_ms only. Calls and tokens per query from the ranker's "
+             "`info[\"generation\"]` counters around the ranking call. "
              "All values measured, none extrapolated. Paper: LRanker paper, Appendix \"Latency comparison\" "
              "(8B-class LLMs on a GPU; absolute numbers not comparable, compare the order and the ratios).", "",
              "| " + " | ".join(COLS) + " |", "|" + "---|" * len(COLS)]
@@ -155,9 +221,10 @@ def write(rows: list[dict], args, head: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--rankers", default=",".join(RANKERS), help=f"comma-separated, of: {', '.join(RANKERS)}")
-    ap.add_argument("--queries", type=int, default=3, help="test queries timed (seeded sample)")
-    ap.add_argument("--slow-queries", type=int, default=1, help="cap on the queries timed for prp (380 calls/query)")
+    ap.add_argument("--rankers", default=",".join(DEFAULT_RANKERS), help=f"comma-separated, of: {', '.join(RANKERS)}")
+    ap.add_argument("--queries", type=int, default=20, help="test queries timed (seeded sample)")
+    ap.add_argument("--slow-queries", type=int, default=0,
+                    help="cap on the queries timed for prp-sliding and prp-allpair (0: --queries)")
     ap.add_argument("--repeats", type=int, default=3)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--output", type=Path, default=ROOT / "benchmarks" / "results" / "llm_rankers_latency.md")
@@ -166,8 +233,10 @@ def main() -> None:
     unknown = [k for k in keys if k not in RANKERS]
     if unknown:
         ap.error(f"unknown ranker(s) {', '.join(unknown)}: choose from {', '.join(RANKERS)}")
-    if args.queries < 1 or args.repeats < 1 or args.slow_queries < 1:
-        ap.error("--queries, --slow-queries and --repeats must be >= 1")
+    if args.queries < 1 or args.repeats < 1 or args.slow_queries < 0:
+        ap.error("--queries and --repeats must be >= 1, --slow-queries >= 0")
+    if args.queries > 256:
+        ap.error("--queries must be <= 256 (the engine's batch): the ranking is timed as one score call")
 
     import torch
     from rich.console import Console
