@@ -5,7 +5,8 @@ or ``info["pool_from_positives"]``: ESCI's default pool is the chosen product of
 query, MS MARCO's every judged passage of them, an imported corpus mostly judged-relevant
 documents), the train and valid positives handed to ``fit`` are much of the pool (ESCI ~90%) and
 almost never a test answer. A ranker that pushes them to the bottom gains with no skill (bm25 on
-an ESCI-format file: MRR 51.45 -> 92.56 with that filter added), and any plugin can add it.
+an ESCI-format file: MRR 51.45 -> 87.55 with that filter added; under this rule both score 89.01:
+``benchmarks/pool_prior.py``), and any plugin can add it.
 
 The rule (``exclude`` below), applied by the registry on every load, so the runner, ``rbench
 verify`` and the Python API see one test set:
@@ -84,7 +85,7 @@ def exclude(data: TaskData, on: bool = True) -> TaskData:
     if n * len(fit) > MAX_EXCLUSIONS:
         raise RBenchError(f"{name}: excluding the {len(fit):,} train/valid positives from each of {n:,} test "
                           f"queries needs {n * len(fit):,} exclusions (at most {MAX_EXCLUSIONS:,}): sample "
-                          f"fewer queries (task.n_queries) or add task.distractors")
+                          f"fewer queries (task.n_queries), or keep the old protocol (task.{OPTION}=false)")
     test = test.take(kept) if dropped.any() else test
     own = test.exclude
     if own is None or not len(own.values):
