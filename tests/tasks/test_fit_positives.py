@@ -148,3 +148,20 @@ def test_every_test_answer_a_fit_positive_or_too_many_exclusions_is_one_line():
         finally:
             fit_positives.MAX_EXCLUSIONS = old
     assert "\n" not in str(err.value) and "11,970 exclusions" in str(err.value)
+
+
+def test_records_of_both_protocols_verify_against_their_own_test_sets(capsys, tmp_path):
+    """Bug caught: ``rbench verify`` loading the task without the rule (or with it, for a record
+    made with the option off): the run file then ranks candidates the test set does not hold, or
+    the fingerprint differs and the record is skipped instead of checked."""
+    import rbench
+    from tests.helpers import cli
+
+    write_esci_words(n_queries=120, n_products=400)
+    new = rbench.evaluate("bm25", "esci", results_dir=tmp_path)
+    old = rbench.evaluate("bm25", "esci", task_options={"exclude_fit_positives": False}, results_dir=tmp_path)
+    assert new.task_fingerprint != old.task_fingerprint
+    assert old.run_options["non_default"]["task"] == {"exclude_fit_positives": False}
+    code, text, err = cli(capsys, "verify", str(tmp_path))
+    assert code == 0, text + err
+    assert "2 records: 2 OK, 0 MISMATCH, 0 SKIP" in text, text
