@@ -26,6 +26,7 @@ import numpy as np
 
 from rbench.api import RunContext, TaskData
 from rbench.core.errors import RBenchError
+from rbench.core.settings import DEFAULT_SEED, RunSettings
 from rbench.engine.evaluate import EvalResult, evaluate
 from rbench.engine.scorers import encode_pool, encode_queries, make_scorer, vector_scorer
 
@@ -96,7 +97,7 @@ class Dense:
 
     scan: Scan
     ann: str | None = None
-    seed: int = 0
+    seed: int = DEFAULT_SEED
 
     def score(self, ranker: Any, data: TaskData, job: Job) -> Scored:
         test = data.test
@@ -208,7 +209,7 @@ def _on_ray(emb: Any, qv: np.ndarray, test: Any, shards: int, scan: Scan, topk: 
                                 chunk_size=scan.chunk_size)
 
 
-def single(settings: Any, embedding: bool, name: str) -> Strategy:
+def single(settings: RunSettings, embedding: bool, name: str) -> Strategy:
     """The one-stage strategy of a ranker (``embedding``: it has ``encode_pool``/``encode_queries``)
     under the run settings (``RunSettings``: batch, chunk, ``scan``, ``ray_shards``, ``ann``, seed)."""
     scan = Scan(settings.batch_size, settings.chunk_size)
@@ -234,7 +235,7 @@ def _time_text(seconds: float) -> str:
     return f"{seconds / 3600:.1f} h"
 
 
-def pair_budget_check(ranker: Any, data: TaskData, job: Job, scorer: Any, budget: int, force: bool) -> int:
+def pair_budget_check(data: TaskData, job: Job, scorer: Any, budget: int, force: bool) -> int:
     """The pairs an exhaustive rerank scores; above ``budget`` refused with a time estimate from a
     warm-up batch, unless ``force``."""
     test, pool = data.test, data.pool
@@ -260,7 +261,7 @@ def pair_budget_check(ranker: Any, data: TaskData, job: Job, scorer: Any, budget
 def exhaustive(ranker: Any, data: TaskData, job: Job, scan: Scan, budget: int, force: bool) -> tuple[EvalResult, int]:
     """``--rerank-depth all``: the ranker scores every pair (within the pair budget, or forced)."""
     scorer, timings = make_scorer(ranker, data.pool)
-    pairs = pair_budget_check(ranker, data, job, scorer, budget, force)
+    pairs = pair_budget_check(data, job, scorer, budget, force)
     result = evaluate(ranker, data.test, data.pool, batch_size=scan.batch_size, chunk_size=scan.chunk_size,
                       topk=job.topk, scorer=scorer,
                       progress=job.progress(f"{job.label(data)} (all pairs)", len(data.test)))
