@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import os
 import sys
+import warnings
 from typing import Any
 
 import numpy as np
@@ -58,7 +59,10 @@ def gemm(q: np.ndarray, e: np.ndarray, out: np.ndarray) -> None:
     """out (B x C fp32, C-contiguous) = q @ e.T by the tile backend."""
     torch = sys.modules.get("torch") if backend() == "torch" else None
     if torch is not None and _torch_ieee(torch):
-        torch.mm(torch.from_numpy(q), torch.from_numpy(e).T, out=torch.from_numpy(out))
+        with warnings.catch_warnings():  # (a read-only pool chunk: torch only reads it)
+            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+            te = torch.from_numpy(e)
+        torch.mm(torch.from_numpy(q), te.T, out=torch.from_numpy(out))
     else:
         np.matmul(q, e.T, out=out)
 
@@ -96,6 +100,21 @@ def _exclusions(ex_off: np.ndarray, ex_col: np.ndarray, c0: int, c1: int) -> tup
     return off, (ex_col[keep] - c0).astype(np.int64)
 
 
+def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
+    """The rows' pending top-k candidates (BLAS score, part column; count, bound), in buffers
+    kept on ``top`` from call to call (fresh pages cost more than the scan here)."""
+    width = 2 * top.k + 256
+    have = getattr(top, "pending", None)
+    if have is None or have[0].shape[0] < n_rows or have[0].shape[1] != width:
+        have = (np.empty((n_rows, width), dtype=np.float32), np.empty((n_rows, width), dtype=np.int64),
+                np.empty(n_rows, dtype=np.int64), np.empty(n_rows))
+        top.pending = have
+    px, pc, pn, pt = (b[:n_rows] for b in have)
+    pn[:] = 0
+    pt[:] = -np.inf
+    return px, pc, pn, pt
+
+
 def scan(q: np.ndarray, e: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, ex_off: np.ndarray,
          ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray, finite: np.ndarray,
          top: Any, more: bool, kernels: Any, n_threads: int) -> None:
@@ -105,18 +124,19 @@ def scan(q: np.ndarray, e: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray,
     B, C = len(q), len(e)
     if top.blocks is None or top.blocks.size < B * TILE_COLS:
         top.blocks = np.empty(B * TILE_COLS, dtype=np.float32)
+    px, pc, pn, pt = _pending(top, B)
     bad = np.zeros(max(1, n_threads), dtype=np.int64)
+    eps = np.zeros(B)
     for c0 in range(0, C, TILE_COLS):
         c1 = min(C, c0 + TILE_COLS)
-        et = e[c0:c1]
         tile = top.blocks.reshape(-1)[: B * (c1 - c0)].reshape(B, c1 - c0)
-        eps = bound(q, et)
+        eps = np.maximum(eps, bound(q, e[c0:c1]))  # (the part's so far: pending candidates' too)
         hi, lo = bands(thr, eps)
-        gemm(q, et, tile)
+        gemm(q, e[c0:c1], tile)
         off, col = _exclusions(ex_off, ex_col, c0, c1)
-        kernels.tile_scan(tile, q, et, int(a + c0), thr, hi, lo, pos, off, col, bool(count_finite), higher, equal,
-                          finite, eps, top.k, top.scores, top.index, top.size, top.threshold,
-                          bool(more or c1 < C), top.out_v, top.out_i, bad, n_threads)
+        kernels.tile_scan(tile, q, e, c0, int(a), thr, hi, lo, pos, off, col, bool(count_finite), higher, equal,
+                          finite, eps, top.k, top.scores, top.index, top.size, top.threshold, px, pc, pn, pt,
+                          c1 == C, bool(more), top.out_v, top.out_i, bad, n_threads)
     if bad.any():
         raise RBenchError(f"the tile GEMM ({backend()}) returned {int(bad.sum())} scores beyond the proven fp32 "
                           "error bound: set RBENCH_GEMM=own (rbench's own GEMM) and report it")

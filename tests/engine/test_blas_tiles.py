@@ -101,6 +101,29 @@ def test_top_scores_rising_by_an_ulp_across_tiles(monkeypatch, k):
     assert (got.topk_index[:, 0] == best[-1]).all()
 
 
+@pytest.mark.parametrize("k", [10, 100])
+def test_more_tied_best_candidates_than_the_pending_list_holds(monkeypatch, k):
+    """1,500 best candidates within the bound of each other, rising by an ulp every third (ties
+    and near-ties a BLAS cannot cut: the pending list overflows and is recomputed early, and
+    the best come last): the top-k and the ties equal the reference's."""
+    rng = np.random.default_rng(7)
+    n_pool, n_q, dim = 9000, 5, 64
+    emb = rng.standard_normal((n_pool, dim)).astype(np.float32)
+    q = rng.standard_normal((n_q, dim)).astype(np.float32)
+    q[:, 0] = 1.0
+    best = np.sort(rng.choice(n_pool, 1500, replace=False))
+    emb[best] = 0.0
+    emb[best, 0] = 200.0 + (np.arange(len(best)) // 3) * np.spacing(np.float32(200.0))
+    queries = make_queries([[int(best[i * 7])] for i in range(n_q)])
+    monkeypatch.setattr(blas_tiles, "TILE_COLS", 2048)
+    monkeypatch.setattr(blas_tiles, "gemm", _adversarial(0.99, seed=k))
+    ref, got = fused_and_reference(monkeypatch, None, queries, make_pool(n_pool),
+                                   scorer=vector_scorer(emb, q, queries, pool_checked=True), batch_size=5,
+                                   chunk_size=65536, topk=k)
+    assert_same_eval(ref, got)
+    assert (got.topk_index[:, 0] == best[-3]).all() and (got.equal == 2).all()  # (ties: the lowest index)
+
+
 def test_exact_blas_bits_differ_from_the_engine_yet_results_equal(monkeypatch):
     """The real backend (torch's MKL or numpy's BLAS) without noise, at d = 256 (its bits differ
     from the engine's chain in many scores)."""

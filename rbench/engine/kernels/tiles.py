@@ -60,16 +60,33 @@ def exact_dot(qr, er):
     return acc
 
 
-@numba.njit(cache=True)
-def exact_dots(qr, e, cols, n, out):
-    """out[j] = exact_dot(qr, e[cols[j]]) for j < n: the chains run side by side (k outer, the
-    candidates inner: independent lanes, gathered loads), each still in k order."""
-    for j in range(n):
-        out[j] = np.float32(0.0)
+@numba.njit(inline="always")
+def dots8(qr, e0, e1, e2, e3, e4, e5, e6, e7, out, j):
+    """out[j .. j+7] = the exact scores of qr with e0 .. e7: eight chains side by side (scalar
+    registers: two fma units x four cycles of latency), each still in k order."""
+    a0 = a1 = a2 = a3 = a4 = a5 = a6 = a7 = np.float32(0.0)
     for k in range(qr.shape[0]):
         x = qr[k]
-        for j in range(n):
-            out[j] = fma32(x, e[cols[j], k], out[j])
+        a0 = fma32(x, e0[k], a0)
+        a1 = fma32(x, e1[k], a1)
+        a2 = fma32(x, e2[k], a2)
+        a3 = fma32(x, e3[k], a3)
+        a4 = fma32(x, e4[k], a4)
+        a5 = fma32(x, e5[k], a5)
+        a6 = fma32(x, e6[k], a6)
+        a7 = fma32(x, e7[k], a7)
+    out[j], out[j + 1], out[j + 2], out[j + 3] = a0, a1, a2, a3
+    out[j + 4], out[j + 5], out[j + 6], out[j + 7] = a4, a5, a6, a7
+
+
+@numba.njit(cache=True)
+def exact_dots(qr, e, cols, n, out):
+    """out[j] = exact_dot(qr, e[cols[j]]) for j < n, eight at a time (the last group repeats its
+    last column; out needs room for n rounded up to 8)."""
+    for j in range(0, n, 8):
+        c = cols[min(j, n - 1)], cols[min(j + 1, n - 1)], cols[min(j + 2, n - 1)], cols[min(j + 3, n - 1)]
+        d = cols[min(j + 4, n - 1)], cols[min(j + 5, n - 1)], cols[min(j + 6, n - 1)], cols[min(j + 7, n - 1)]
+        dots8(qr, e[c[0]], e[c[1]], e[c[2]], e[c[3]], e[d[0]], e[d[1]], e[d[2]], e[d[3]], out, j)
 
 
 @numba.njit(inline="always")
@@ -84,7 +101,7 @@ def positives_within(row, a, pos_r, lo, hi):
 
 
 @numba.njit(inline="always")
-def rank_row(row, qr, e, r, a, thr, his, los, pos, higher, equal, eps):
+def rank_row(row, qr, e, c0, r, a, thr, his, los, pos, higher, equal, eps):
     """Row r's exact rank counts over this tile: BLAS scores outside each positive's band
     counted at once, those inside recomputed. The row's positives in the tile are then taken
     back (their own contributions, as they were added; a band holding only positives is not
@@ -101,7 +118,7 @@ def rank_row(row, qr, e, r, a, thr, his, los, pos, higher, equal, eps):
             for c in range(C):
                 x = row[c]
                 if x >= lo and x <= hi:
-                    y = exact_dot(qr, e[c])
+                    y = exact_dot(qr, e[c0 + c])
                     bad += abs(np.float64(x) - np.float64(y)) > eps
                     higher[r, j] += y > t
                     equal[r, j] += y == t
@@ -112,7 +129,7 @@ def rank_row(row, qr, e, r, a, thr, his, los, pos, higher, equal, eps):
                 if x > hi:
                     higher[r, j] -= 1
                 elif x >= lo and look:
-                    y = exact_dot(qr, e[p - a])
+                    y = exact_dot(qr, e[c0 + p - a])
                     higher[r, j] -= y > t
                     equal[r, j] -= y == t
     return bad
@@ -168,49 +185,70 @@ def sample_cut(row, k, sample):
 
 
 @numba.njit(inline="always")
-def candidates(row, k, T, eps, fl, sample, cols, xs):
-    """The tile row's columns that may enter the exact top-k, ascending, their BLAS scores in
-    xs: those >= the buffer's k-th best exact score T - eps (T known), or >= (a lower bound of
-    the tile's k-th best BLAS score) - 2 eps: a column below has k columns exactly above it.
-    Returns how many."""
-    if T > -np.inf:
-        flag_ge(row, down32(T - eps), fl, F32_LOWEST)
-        return gather_flagged(row, fl, cols, xs)
-    L = sample_cut(row, k, sample)
-    if L > -np.inf and flag_ge(row, down32(L - 2.0 * eps), fl, np.float32(L)) >= k:
-        m = gather_flagged(row, fl, cols, xs)
-    else:  # too short, or an unlucky sample: every finite score
-        flag_ge(row, F32_LOWEST, fl, F32_LOWEST)
-        m = gather_flagged(row, fl, cols, xs)
-    if m <= k:
-        return m
-    cut = down32(np.float64(kth_largest(xs, m, k)) - 2.0 * eps)  # the tile's k-th best BLAS score
-    n = 0
-    for j in range(m):  # (in order: n <= j)
-        if xs[j] >= cut:
-            cols[n] = cols[j]
-            xs[n] = xs[j]
-            n += 1
-    return n
+def keep_near_top(px, pc, n, k, eps):
+    """Cut the pending (BLAS score, column) list to the entries that may still reach the exact
+    top-k: at least k have BLAS scores >= its k-th best L, so exact scores >= L - eps, and an
+    entry below L - 2 eps has k entries exactly above it. In place, in order. Returns (n, L)."""
+    L = np.float64(kth_largest(px, n, k))
+    cut = down32(L - 2.0 * eps)
+    m = 0
+    for j in range(n):
+        if px[j] >= cut:
+            px[m] = px[j]
+            pc[m] = pc[j]
+            m += 1
+    return m, L
 
 
 @numba.njit(inline="always")
-def topk_row(row, qr, e, a, k, bv, bi, n, T, eps, fl, sample, cols, xs, ys):
-    """Add the tile row's possible top-k to its buffer of exact scores (ascending pool index;
-    when full, its k best are kept: ``keep_best``, ties to the lower pool index, and T rises to
-    their k-th best). Returns (n, T, the bound's violations)."""
-    m = candidates(row, k, T, eps, fl, sample, cols, xs)
-    exact_dots(qr, e, cols, m, ys)
+def select_row(row, k, T, pt, eps, fl, sample, cols, xs):
+    """The tile row's columns that may enter the exact top-k (ascending, BLAS scores in xs):
+    those >= the exact buffer's k-th best T - eps and >= (a lower bound of the k-th best BLAS
+    score so far) - 2 eps, that bound taken from the pending list (pt) or from a sample of this
+    tile (checked: at least k reach it; else every finite score). Returns how many."""
+    cut = down32(T - eps) if T > -np.inf else F32_LOWEST
+    if pt > -np.inf:
+        flag_ge(row, max(cut, down32(pt - 2.0 * eps)), fl, F32_LOWEST)
+    else:
+        L = sample_cut(row, k, sample)
+        if L == -np.inf or flag_ge(row, max(cut, down32(L - 2.0 * eps)), fl, np.float32(L)) < k:
+            flag_ge(row, cut, fl, F32_LOWEST)  # too short, or an unlucky sample: every finite one
+    return gather_flagged(row, fl, cols, xs)
+
+
+@numba.njit(inline="always")
+def append_pending(xs, cols, m, j, c0, k, px, pc, pn, pt, eps):
+    """Append selected entries j.. to the pending list (cut to ``keep_near_top`` when full).
+    Returns (pn, pt, the first entry not appended: m, or less when the list stays full)."""
+    while j < m:
+        if pn == px.shape[0]:
+            pn, pt = keep_near_top(px, pc, pn, k, eps)
+            if pn == px.shape[0]:  # all near the top (ties): the caller recomputes them first
+                return pn, pt, j
+        if pt == -np.inf or xs[j] >= down32(pt - 2.0 * eps):
+            px[pn] = xs[j]
+            pc[pn] = c0 + cols[j]
+            pn += 1
+        j += 1
+    return pn, pt, j
+
+
+@numba.njit(inline="always")
+def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
+    """The pending list's exact scores (each checked against the bound) into the row's buffer of
+    exact scores (ascending pool index; when full its k best are kept, ``keep_best``: ties to
+    the lower pool index, and T rises to their k-th best). Returns (n, T, violations)."""
+    exact_dots(qr, e, pc, pn, ys)
     bad = 0
-    for j in range(m):
+    for j in range(pn):
         y = ys[j]
-        bad += abs(np.float64(xs[j]) - np.float64(y)) > eps
+        bad += abs(np.float64(px[j]) - np.float64(y)) > eps
         if n == bv.shape[0]:
             n, t = keep_best(bv, bi, n, k)
             T = max(T, t)
         if y >= T:
             bv[n] = y
-            bi[n] = a + cols[j]
+            bi[n] = a + pc[j]
             n += 1
     return n, T, bad
 
@@ -225,22 +263,24 @@ def finite_count(row):
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
-def tile_scan(s, q, e, a, thr, his, los, pos, ex_off, ex_col, want_finite, higher, equal, finite, eps, k, bv,
-              bi, bn, bt, more, out_v, out_i, bad, n_threads):
-    """One visit per row of the BLAS tile s (B x C, pool indices from a; q: B x K, e: C x K, the
-    operands; row r's excluded columns ex_col[ex_off[r]:ex_off[r+1]] become -inf): exact rank
-    counts (his/los: each positive's band, thr +- eps[r] rounded outwards), finite counts, and
-    each row's buffer of exact top-k scores bv/bi (bn entries, -1 before the row's first tile;
-    bt: its k-th best once cut). more: later tiles follow; else the top-k is sorted into
-    out_v/out_i. bad[thread]: recomputed scores beyond the bound."""
+def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, higher, equal, finite, eps, k, bv,
+              bi, bn, bt, px, pc, pn, pt, last, more, out_v, out_i, bad, n_threads):
+    """One visit per row of the BLAS tile s (B x C: columns c0 .. c0+C-1 of the part e, whose
+    pool indices start at a; q: B x K; row r's excluded tile columns ex_col[ex_off[r]:ex_off[r+1]]
+    become -inf): exact rank counts (his/los: each positive's band, thr +- eps[r] rounded
+    outwards), finite counts, and the top-k: candidates pend in px/pc (pn, pt: their count and
+    bound; pn = 0 at a part's first tile) and, at its last tile (``last``), are recomputed
+    exactly into the rows' buffers bv/bi (bn entries, -1 before the first part; bt: the k-th
+    best once cut). more: later parts follow; else the top-k is sorted into out_v/out_i.
+    bad[thread]: recomputed scores beyond the bound."""
     B, C = s.shape
     n_blocks = max(1, min(B, n_threads))
     width = bv.shape[1] if k > 0 else 0
     for th in numba.prange(n_blocks):
         fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
         sample = np.empty(C // STRIDE + 8, dtype=np.float32)
-        cols = np.empty(C, dtype=np.int64)
-        xs, ys = np.empty(C, dtype=np.float32), np.empty(C, dtype=np.float32)
+        cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float32)
+        ys = np.empty(px.shape[1] + 8, dtype=np.float32)
         keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width if not more else 0, bv)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             row = s[r]
@@ -248,12 +288,28 @@ def tile_scan(s, q, e, a, thr, his, los, pos, ex_off, ex_col, want_finite, highe
                 row[ex_col[j]] = -np.inf
             if want_finite:
                 finite[r] += finite_count(row)
-            bad[th] += rank_row(row, q[r], e, r, a, thr, his, los, pos, higher, equal, eps[r])
-            if k > 0:
-                n, T, b = topk_row(row, q[r], e, a, k, bv[r], bi[r], max(bn[r], 0), bt[r], eps[r], fl, sample,
-                                   cols, xs, ys)
+            bad[th] += rank_row(row, q[r], e, c0, r, a + c0, thr, his, los, pos, higher, equal, eps[r])
+            if k == 0:
+                continue
+            m = select_row(row, k, bt[r], pt[r], eps[r], fl, sample, cols, xs)
+            j = 0
+            while True:
+                pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps[r])
+                if j == m and not last:
+                    break
+                if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
+                    pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
+                bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], max(bn[r], 0), bt[r], px[r], pc[r], pn[r],
+                                            eps[r], ys)  # (pt stays a bound: its entries moved to bv)
                 bad[th] += b
-                if more and n > k:  # later tiles: only what may beat the k-th best
+                pn[r] = 0
+                if j == m:
+                    break
+            if pn[r] > 2 * k or (pt[r] == -np.inf and pn[r] > k):
+                pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
+            if last:
+                n, T = bn[r], bt[r]
+                if more and n > k:  # later parts: only what may beat the k-th best
                     n, T = keep_best(bv[r], bi[r], n, k)
                 bn[r], bt[r] = n, T
                 if not more:
