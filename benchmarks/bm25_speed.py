@@ -166,7 +166,9 @@ def main() -> None:
     console.print(table)
     console.print(acc)
 
-    md = ["# BM25 speed", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    md = ["# BM25 speed", "", machine_line(), "",
           f"Command: `{' '.join(['python', 'benchmarks/bm25_speed.py', *sys.argv[1:]])}`",
           f"Setup: {res['setup']}. Machine: {os.cpu_count()} cores, shared with other jobs "
           "(read times as relative). Index seconds: ours include tokenizing the texts, rank-bm25's "

@@ -59,7 +59,9 @@ def main() -> None:
         rows.append((ranker, statistics.median(w for w, _ in new), statistics.median(c for _, c in new),
                      old[0][0], old[0][1], len(new)))
         print(rows[-1], flush=True)
-    lines = [f"# Cold start: `rbench run` on an empty numba cache ({args.task})", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    lines = [f"# Cold start: `rbench run` on an empty numba cache ({args.task})", "", machine_line(), "",
              f"`python benchmarks/cold_start.py {' '.join(sys.argv[1:])}`".replace(" `", "`"), "",
              f"{os.cpu_count()} logical CPUs; each run a fresh process, empty NUMBA_CACHE_DIR and RBENCH_HOME; wall time "
              "from the process start to its exit (median of the runs with the rule; one run of the old way).", "",

@@ -364,7 +364,9 @@ def main() -> None:
     console.print("compile_s (warm-up): " + ", ".join(f"{r['compile_s']:.2f}" for _, r in rows))
 
     out = ROOT / "benchmarks" / "results" / "consistency_cost.md"
-    header = ["# Consistency check cost", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    header = ["# Consistency check cost", "", machine_line(), "",
               "`evaluate(..., verify=True)` against `verify=False` on the same fitted ranker "
               "(benchmarks/consistency_cost.py; goal, issue 28: the check's share of evaluation time "
               "< 2%). Columns: *score_s* is `EvalResult.timings['score_s']` (the scoring loop, check "

@@ -80,7 +80,9 @@ def main() -> None:
                   f"{n / max(med, 1e-9):,.0f}")
     make_console(markup=True).print(t)
     print(f"model load (warm): {model_load:.2f}s")
-    md = ["# Dense encoder throughput\n", f"{title}; {platform.processor() or platform.machine()}, "
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    md = ["# Dense encoder throughput\n", machine_line() + "\n", f"{title}; {platform.processor() or platform.machine()}, "
           f"{os.cpu_count()} CPUs (shared; other jobs may run). Command: "
           f"`python benchmarks/dense_throughput.py --batch-size {args.batch_size} --repeats {args.repeats}`.\n",
           "| path | texts | mean tokens | best s | texts/s (best) | texts/s (median) |",

@@ -176,7 +176,9 @@ def write(rows: list[dict], args, cpu: str, gpu: str | None) -> str:
 
     head = (f"CPU: {cpu}; GPU: {gpu or 'none (CUDA unavailable)'}; torch {torch.__version__}"
             + (f", CUDA {torch.version.cuda}" if gpu else "") + f"; numpy {np.__version__}")
-    lines = ["# Torch evaluation path vs the CPU engine", "", head, "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    lines = ["# Torch evaluation path vs the CPU engine", "", head, "", machine_line(), "",
              f"Top-{args.k}, one positive a query, engine batch {args.batch_size}, torch CUDA batch "
              f"{args.gpu_batch_size}, chunk {args.chunk_size:,}; median of {args.repeats} after one warm-up; "
              "wall time of a whole call (the pool's host -> device transfer included). Speed-up: the CPU "

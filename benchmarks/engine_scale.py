@@ -254,8 +254,10 @@ def main() -> None:
     from rbench.core.console import console as make_console
 
     console = make_console(markup=True)
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
     md = ["# Engine scale", "", f"Command: `python benchmarks/engine_scale.py {' '.join(sys.argv[1:])}`",
-          f"Machine: {os.cpu_count()} cores.", "",
+          machine_line(), "",
           "Columns: *bare GEMM* is numpy's (OpenBLAS) GEMM alone over the same batches and chunks, the "
           "reference of the goal; *rbench's GEMM alone* is rbench.engine.kernels.gemm writing the whole score "
           "matrix (rbench's evaluation fuses it with the scan); *with numpy's GEMM* is "

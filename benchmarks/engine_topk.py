@@ -71,7 +71,9 @@ def main() -> None:
             for d in args.dims.split(",")]
     head = (f"{args.pool:,} candidates x {args.queries:,} queries, batch {args.batch_size}, "
             f"median of {args.repeats}, {'numpy' if args.no_torch else 'torch'} selection")
-    lines = ["# Engine: running top-k on vs off", "", head, "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    lines = ["# Engine: running top-k on vs off", "", head, "", machine_line(), "",
              f"| d | with top-{args.k} (s) | without (s) | ratio | all runs with / without (s) |",
              "|---|---|---|---|---|"]
     for r in rows:

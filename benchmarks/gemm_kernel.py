@@ -87,8 +87,10 @@ def main() -> None:
                   f"{args.rounds} interleaved rounds (ratios paired within a round)")
     for c in cols:
         table.add_column(c, justify="right")
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
     md = ["# rbench's GEMM kernel", "", f"Command: `python benchmarks/gemm_kernel.py {' '.join(sys.argv[1:])}`",
-          f"Machine: {__import__('os').cpu_count()} cores.", "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
+          machine_line(), "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for dim in [int(d) for d in args.dims.split(",") if d]:
         r = measure(dim, args.queries, args.pool, args.rounds)
         row = [str(dim), f"{r['numpy_ms']:.1f}", f"{r['own_ms']:.1f}", f"{r['own_ratio']:.2f}", f"{r['top0_ms']:.1f}",

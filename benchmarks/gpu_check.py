@@ -202,7 +202,9 @@ def main(argv: list[str] | None = None) -> int:
         cols = ["", *[r["backbone"] for r in results]]
         lines = ["| " + " | ".join(cols) + " |", "|---|" + "---:|" * len(results)]
         lines += ["| " + " | ".join([k, *[r[k] for r in results]]) + " |" for k in keys]
-        md = [f"# LRanker GPU check ({args.task}, {name})", "",
+        from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+        md = [f"# LRanker GPU check ({args.task}, {name})", "", machine_line(), "",
               f"Command: `python benchmarks/gpu_check.py {' '.join(sys.argv[1:] if argv is None else argv)}`", "",
               f"torch {torch.__version__}, CUDA {torch.version.cuda}. Training: {args.steps} optimiser steps, "
               f"one window per user, validation MRR every {args.eval_every} steps on {args.valid_queries} queries; "

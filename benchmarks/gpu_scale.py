@@ -118,7 +118,9 @@ def table(args: argparse.Namespace, runs: dict[str, tuple[Any, float, float]], d
     dev = torch.cuda.get_device_name(0) if args.device == "cuda" else f"CPU {platform.processor() or platform.machine()}"
     macs = float(args.queries) * args.pool * args.dim
     scale = FULL_QUERIES / args.queries
-    lines = [f"# Exact evaluation at Rec-Clothing's scale, fp32 and certified low precision ({dev})", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    lines = [f"# Exact evaluation at Rec-Clothing's scale, fp32 and certified low precision ({dev})", "", machine_line(), "",
              f"torch {torch.__version__}; `python benchmarks/gpu_scale.py {' '.join(sys.argv[1:])}`".rstrip(), "",
              f"{args.queries:,} queries x {args.pool:,} candidates x d={args.dim} ({macs:.2e} multiply-adds), "
              f"positives += {args.signal} x query, {args.twins:,} pool rows copied from positives, top-100 and exact ranks; chunk {args.chunk_size:,}, "

@@ -170,7 +170,9 @@ def main() -> None:
         proj.add_row(*r)
     con.print(proj)
 
-    md = ["# Reranking cost", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    md = ["# Reranking cost", "", machine_line(), "",
           f"Machine: {platform.processor() or platform.machine()}, {os.cpu_count()} CPUs visible, "
           f"torch {torch.__version__}, {args.threads} threads, fp32. Command: "
           f"`nice -n 19 python benchmarks/rerank_cost.py {' '.join(sys.argv[1:])}`.", "",

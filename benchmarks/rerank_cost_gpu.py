@@ -211,7 +211,9 @@ def measure(args: argparse.Namespace) -> int:
         basis = f"{device_name} measured"
         proj = projection_rows([(label, rate, basis) for label, rate in best.items()])
         cmd = "python benchmarks/rerank_cost_gpu.py " + " ".join(sys.argv[1:])
-        md = ["# Reranking cost on a GPU (measured)", "",
+        from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+        md = ["# Reranking cost on a GPU (measured)", "", machine_line(), "",
               f"Device: {device_name}, torch {torch.__version__}"
               + (f", CUDA {torch.version.cuda}" if args.device.startswith("cuda") else "")
               + f". Command: `{cmd}`" + (" (tiny configs: a smoke test, not the architectures)" if args.tiny else "")

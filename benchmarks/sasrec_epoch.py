@@ -97,7 +97,9 @@ def main() -> None:
     t = Table(title=title)
     for c in cols:
         t.add_column(c, justify="left" if c == "setting" else "right")
-    md = ["# SASRec training epoch and scoring time\n",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    md = ["# SASRec training epoch and scoring time\n", machine_line() + "\n",
           f"{title}; {platform.machine()}, {os.cpu_count()} CPUs (shared; other jobs may run). "
           f"Command: `python benchmarks/sasrec_epoch.py --epochs {args.epochs} --settings {args.settings}`. "
           "`s / epoch` includes RecBole's validation pass after each epoch; `fit s` adds writing RecBole's "

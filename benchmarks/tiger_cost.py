@@ -135,7 +135,9 @@ def main() -> None:
         table.add_row(*(cell(r[c]) for c in cols))
     console = make_console(markup=True)
     console.print(table)
-    md = ["# TIGER: cost and metrics", "",
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    md = ["# TIGER: cost and metrics", "", machine_line(), "",
           f"Machine: {platform.machine()}, {platform.processor() or 'cpu'}; RunRecords from `{_shown(args.results_dir)}`.", "",
           "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     md += ["| " + " | ".join(cell(r[c]) for c in cols) + " |" for r in rows]
