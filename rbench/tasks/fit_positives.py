@@ -15,10 +15,15 @@ verify`` and the Python API see one test set:
    positive of a train or valid query (what ``fit`` receives). The test labels never enter it.
 2. It is excluded from every test query's ranking, as the query's own exclusions are (the engine
    scores it ``-inf``: never above, never tied with, never in the top-k of, an answer).
-3. A test query whose answer (any of its positives) is itself one of those fit positives cannot
-   keep that answer and exclude it: it is left out of the test split and counted as
-   ``info["fit_positive_targets_dropped"]`` (as recommendation's ``repeat_targets_dropped``);
-   ``info["fit_positives_excluded"]`` counts the excluded candidates.
+3. A test query cannot keep an answer and exclude it. A positive of a test query that is one of
+   those fit positives is excluded like the rest and no longer counts as its answer (as ESCI's
+   and MS MARCO's *other relevant* candidates: neither answer nor negative); a query left with
+   no positive (every one-positive query whose answer is a fit positive) is left out of the test
+   split and counted as ``info["fit_positive_targets_dropped"]`` (as recommendation's
+   ``repeat_targets_dropped``); ``info["fit_positive_answers_excluded"]`` counts the positives
+   taken from queries that stay, ``info["fit_positives_excluded"]`` the excluded candidates.
+   Where answers recur across queries (an imported FAQ-like collection) this can leave no test
+   query: that is refused in one line naming ``task.exclude_fit_positives=false``.
 4. The task's fingerprint moves with the test set it changes (a record made before the rule is
    never reused for or compared with one made after it).
 
@@ -74,19 +79,25 @@ def exclude(data: TaskData, on: bool = True) -> TaskData:
         return dataclasses.replace(data, info={**data.info, OPTION: False})
     test = data.test
     hit = np.isin(np.asarray(test.positives.values, dtype=np.int64), fit)
-    dropped = np.zeros(len(test), dtype=bool)
-    dropped[test.positives.row_ids()[hit]] = True
+    left = np.bincount(test.positives.row_ids()[~hit], minlength=len(test))  # positives that stay
+    dropped = left == 0
     kept = np.flatnonzero(~dropped)
     name = data.spec.name
     if not len(kept):
-        raise DataError(f"{name}: every test query's answer is a train/valid positive, and "
-                        f"task.{OPTION}=true leaves such queries out: nothing to evaluate")
+        raise DataError(f"{name}: every test query's answers are train/valid positives, which "
+                        f"task.{OPTION}=true excludes: nothing to evaluate (answers recur across "
+                        f"queries here; task.{OPTION}=false evaluates them)")
     n = len(kept)
     if n * len(fit) > MAX_EXCLUSIONS:
         raise RBenchError(f"{name}: excluding the {len(fit):,} train/valid positives from each of {n:,} test "
                           f"queries needs {n * len(fit):,} exclusions (at most {MAX_EXCLUSIONS:,}): sample "
                           f"fewer queries (task.n_queries), or keep the old protocol (task.{OPTION}=false)")
-    test = test.take(kept) if dropped.any() else test
+    n_taken = int(hit.sum()) - int(test.positives.lengths()[dropped].sum())  # from queries that stay
+    if hit.any():  # rule 3: a fit positive is no query's answer
+        offsets = np.zeros(len(test) + 1, dtype=np.int64)
+        np.cumsum(left, out=offsets[1:])
+        test = dataclasses.replace(test, positives=Ragged(offsets, test.positives.values[~hit]),
+                                   grades=Ragged(offsets.copy(), test.grades.values[~hit])).take(kept)
     own = test.exclude
     if own is None or not len(own.values):
         rows = Ragged(np.arange(n + 1, dtype=np.int64) * len(fit), np.tile(fit, n))
@@ -99,5 +110,6 @@ def exclude(data: TaskData, on: bool = True) -> TaskData:
     pool = dataclasses.replace(data.pool, fingerprint=fingerprint(
         data.pool.fingerprint, "fit positives excluded", test.ids, rows.offsets, rows.values))
     info = {**data.info, OPTION: True, "fit_positives_excluded": int(len(fit)),
-            "fit_positive_targets_dropped": int(dropped.sum()), "n_test": n}
+            "fit_positive_targets_dropped": int(dropped.sum()), "fit_positive_answers_excluded": n_taken,
+            "n_test": n}
     return dataclasses.replace(data, pool=pool, test=test, info=info)

@@ -109,19 +109,24 @@ def _toy(train, valid, test, test_exclude=None, flag=True, n=20) -> TaskData:
 def test_the_exclusion_is_the_fit_positives_only_and_never_reads_the_test_labels():
     """Bugs caught: test positives taken into the excluded set (another test split would change
     it); a query's own exclusions dropped when the fit positives are added; a test query whose
-    answer is a fit positive kept (its answer excluded) or dropped uncounted."""
-    data = _toy(train=[1, 2, 3, 3], valid=[4], test=[[7], [2], [9, 10], [11]], test_exclude=[[8], [], [5], []])
+    answer is a fit positive kept (its answer excluded) or dropped uncounted; a fit positive kept
+    as an answer of a query with several (excluded and the answer at once), or that query dropped
+    though another answer stays."""
+    data = _toy(train=[1, 2, 3, 3], valid=[4], test=[[7], [2], [9, 10], [11], [3, 12, 4]],
+                test_exclude=[[8], [], [5], [], []])
     out = fit_positives.exclude(data)
-    assert list(out.test.ids) == ["q0", "q2", "q3"]  # q1's answer (2) is a train positive: left out
+    assert list(out.test.ids) == ["q0", "q2", "q3", "q4"]  # q1's answer (2) is a train positive: left out
     assert out.info["fit_positive_targets_dropped"] == 1 and out.info["fit_positives_excluded"] == 4
-    assert out.info["n_test"] == 3
-    rows = [sorted(map(int, out.test.exclude[i])) for i in range(3)]
-    assert rows == [[1, 2, 3, 4, 8], [1, 2, 3, 4, 5], [1, 2, 3, 4]]
-    other = fit_positives.exclude(_toy(train=[1, 2, 3, 3], valid=[4], test=[[12], [13], [14], [15]]))
-    assert all(sorted(map(int, other.test.exclude[i])) == [1, 2, 3, 4] for i in range(4))
+    assert out.info["n_test"] == 4 and out.info["fit_positive_answers_excluded"] == 2
+    assert [list(map(int, out.test.positives[i])) for i in range(4)] == [[7], [9, 10], [11], [12]]
+    assert len(out.test.grades.values) == 5
+    rows = [sorted(map(int, out.test.exclude[i])) for i in range(4)]
+    assert rows == [[1, 2, 3, 4, 8], [1, 2, 3, 4, 5], [1, 2, 3, 4], [1, 2, 3, 4]]
+    other = fit_positives.exclude(_toy(train=[1, 2, 3, 3], valid=[4], test=[[12], [13], [14], [15], [16]]))
+    assert all(sorted(map(int, other.test.exclude[i])) == [1, 2, 3, 4] for i in range(5))
     assert out.fingerprint != data.fingerprint  # the test set changed: so does the fingerprint
     # the input is left as it was (the cache's copy)
-    assert len(data.test) == 4 and data.test.exclude[1].size == 0
+    assert len(data.test) == 5 and data.test.exclude[1].size == 0 and len(data.test.positives[4]) == 3
 
 
 def test_nothing_moves_where_there_is_nothing_to_exclude():
@@ -137,9 +142,9 @@ def test_nothing_moves_where_there_is_nothing_to_exclude():
 
 
 def test_every_test_answer_a_fit_positive_or_too_many_exclusions_is_one_line():
-    with pytest.raises(RBenchError, match="every test query's answer is a train/valid positive") as err:
-        fit_positives.exclude(_toy(train=[1, 2], valid=[], test=[[1], [2]]))
-    assert "\n" not in str(err.value)
+    with pytest.raises(RBenchError, match="every test query's answers are train/valid positives") as err:
+        fit_positives.exclude(_toy(train=[1, 2], valid=[], test=[[1], [2, 1]]))
+    assert "\n" not in str(err.value) and "task.exclude_fit_positives=false" in str(err.value)
     big = _toy(train=list(range(1, 400)), valid=[], test=[[0]] * 30, n=400)
     with pytest.raises(RBenchError, match="exclusions") as err:
         old, fit_positives.MAX_EXCLUSIONS = fit_positives.MAX_EXCLUSIONS, 1000

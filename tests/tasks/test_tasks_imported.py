@@ -14,6 +14,11 @@ from rbench.tasks.building import MIN_SPLIT_QUERIES, split_labels
 from rbench.tasks.families.imported import imported_root, imported_specs
 from rbench.tasks.registry import data_status, get_task, import_task, list_tasks, load_task, resolve
 
+# the import as built (every split's qrels), before the registry leaves train/valid positives out
+# of the test rankings: these small corpora are mostly judged documents (pool_from_positives) and
+# neighbouring queries share answers (rbench.tasks.fit_positives; tests/tasks/test_fit_positives.py)
+FAMILY = {"exclude_fit_positives": "false"}
+
 
 def write_jsonl(path, objs) -> None:
     path.write_text("".join(json.dumps(o) + "\n" for o in objs), encoding="utf-8")
@@ -61,7 +66,7 @@ def test_import_then_load_keeps_graded_qrels(tmp_path):
     assert "my-task" in {s.name for s in list_tasks()}
     present, detail = data_status(spec)
     assert present and "corpus.jsonl" in detail
-    task = load_task("my-task", seed=3)
+    task = load_task("my-task", FAMILY, seed=3)
     assert len(task.pool) == 40
     text_of = dict(zip(task.pool.ids, task.pool.texts))
     assert text_of["d1"] == "Title 1 body 1" and text_of["d0"] == "body 0"
@@ -81,7 +86,7 @@ def test_import_then_load_keeps_graded_qrels(tmp_path):
 def test_split_reproducible_and_explicit_split_honoured(tmp_path):
     d, truth = beir(tmp_path)
     import_task("byo", d / "corpus.jsonl", d / "queries.jsonl", d / "qrels.tsv")
-    a, b, c = load_task("byo", seed=1), load_task("byo", seed=1), load_task("byo", seed=2)
+    a, b, c = load_task("byo", FAMILY, seed=1), load_task("byo", FAMILY, seed=1), load_task("byo", FAMILY, seed=2)
     assert [list(q.ids) for q in all_splits(a)] == [list(q.ids) for q in all_splits(b)]
     assert [list(q.ids) for q in all_splits(a)] != [list(q.ids) for q in all_splits(c)]
     ids = [set(q.ids) for q in all_splits(a)]
@@ -90,7 +95,7 @@ def test_split_reproducible_and_explicit_split_honoured(tmp_path):
     (tmp_path / "x").mkdir()
     d2, _ = beir(tmp_path / "x", split=True)
     import_task("byo-split", d2 / "corpus.jsonl", d2 / "queries.jsonl", d2 / "qrels.tsv")
-    t = load_task("byo-split", seed=9)
+    t = load_task("byo-split", FAMILY, seed=9)
     for q, name in zip(all_splits(t), ("train", "dev", "test")):
         assert all(("test", "dev", "train", "train")[int(x[1:]) % 4] == name for x in q.ids)
     assert t.info["split"] == "explicit"
@@ -106,7 +111,7 @@ def test_small_scenario_with_candidate_lists(tmp_path):
     write_jsonl(d / "candidates.jsonl", rows)
     import_task("byo-small", d / "corpus.jsonl", d / "queries.jsonl", d / "qrels.tsv", scenario="small",
                 candidates=d / "candidates.jsonl")
-    task = load_task("byo-small")
+    task = load_task("byo-small", FAMILY)
     assert task.spec.scenario == "small"
     by_q = {r["query_id"]: r["candidates"] for r in rows}
     for q in all_splits(task):
@@ -142,7 +147,7 @@ def test_names_are_checked(tmp_path):
         import_task("twice", *args)
     write_jsonl(d / "queries.jsonl", [{"_id": f"q{i}", "text": f"new question {i}"} for i in range(25)])
     import_task("twice", *args, overwrite=True)
-    assert load_task("twice").test.texts[0].startswith("new question")
+    assert load_task("twice", FAMILY).test.texts[0].startswith("new question")
     assert sorted(p.name for p in imported_root().iterdir()) == ["twice"]  # no temp folders left
 
 
