@@ -113,6 +113,9 @@ class PriorRanker(BaseRanker):
     queries; ``TaskSpec.pool_from_positives``), ~90% of the pool are train/valid positives that
     ``fit`` is handed (rightly) and that are almost never a test answer. Pushing them down is a
     gain with no skill at all; any ranker that does no better than that has not earned its number.
+    Since issue 40 the harness excludes those positives from every test ranking by default
+    (``rbench.tasks.fit_positives``), and ``prior`` then ranks exactly as ``random``; it is the
+    floor of records made with ``task.exclude_fit_positives=false`` (the paper's protocol).
 
     Scores, from the contract alone (``fit`` reads ``train`` and ``valid`` positives, as ``pop``
     reads train positives): candidates that were no train/valid query's positive come first, in
