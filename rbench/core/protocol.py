@@ -104,12 +104,13 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # plan: no number moves (rbench verify results/: every record of this data OK; TIGER on
         # rec-music re-run under item 2's negatives)
         "a7971ab14a8ba7e288bdee4ada72b2d8283dfc4fd7abc1534cba48ea733c38ce",
-        # moved, no number moves (issue 43 items 1-2, the tree at 42ca160): two-stage reranking
+        # moved, no number moves (issue 43 items 1-2, the trees at 42ca160 and 7195a28): two-stage reranking
         # moved to rbench/run (rerank, strategies: PROTOCOL_CODE names them), evaluate, torch_scan,
         # runfile and scorers split into functions of at most 60 lines, the same arithmetic in the
         # same order; pop, bm25 on ml-100k and bm25 on routing-balance re-run byte-identical
         # (metrics, per-query and run files), rbench verify results/: 88 OK
         "bb6826e91624f86f8092f3d05598673f71ee51cd3cbe30f6b92815bd3fc1f8d2",
+        "cd416a05fd86fdd9e19aa31b7ca5bc8158f2d337e5799486bd5fa4b9e4011201",
         # issue 40, pools built from positives (rbench.tasks.fit_positives joins the protocol's
         # code): the train/valid positives fit is handed are excluded from every test ranking of
         # esci, msmarco and imported corpora built from positives, a test query whose answer is one
