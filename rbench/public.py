@@ -27,7 +27,8 @@ if TYPE_CHECKING:
     from rbench.results.compare import Comparison
     from rbench.results.leaderboard import Leaderboard
     from rbench.results.record import RunRecord
-    from rbench.run.runner import RunOutcome, RunPlan
+    from rbench.run.plan import RunPlan
+    from rbench.run.runner import RunOutcome
 
 __all__ = ["evaluate", "evaluate_many", "plan_run", "run_outcome", "list_rankers", "list_tasks", "load_results", "load_task", "table",
            "compare"]
@@ -60,7 +61,8 @@ def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapp
     ``measures``: more measures by name (``--measure``), computed beside the defaults.
     ``ranker="run:PATH"``: an existing TREC run file scored as a row (``rbench.engine.runfile_ranker``)."""
     from rbench.engine.runfile_ranker import RUN_RANKER_PREFIX, run_file_ranker
-    from rbench.run.runner import RunOptions, make_plan
+    from rbench.run.plan import RunOptions
+    from rbench.run.runner import make_plan
 
     if isinstance(ranker, str) and ranker.startswith(RUN_RANKER_PREFIX):  # an existing TREC run file as a row
         ranker = run_file_ranker(ranker)

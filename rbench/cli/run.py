@@ -53,7 +53,8 @@ def run_cmd(
     process 0 scores and writes the RunRecord."""
     from rbench.core.config import parse_assignments
     from rbench.public import plan_run
-    from rbench.run.runner import World, execute
+    from rbench.run.plan import World
+    from rbench.run.runner import execute
 
     # every plan is made (names, options, files checked) before the first run starts; the same
     # functions as rbench.evaluate (one road)
