@@ -179,6 +179,7 @@ def test_mirror_is_used_when_the_first_url_fails_and_errors_name_every_url(serve
     with pytest.raises(DownloadError) as err:
         fetch("esci", bad)
     assert "HTTP 404" in str(err.value) and "/gone/y.parquet" in str(err.value) and "/gone2/y.parquet" in str(err.value)
+    assert "\n" not in str(err.value)  # one line, every source named
 
 
 def test_unreachable_host_is_a_download_error():

@@ -215,7 +215,8 @@ def _fetch(task: str, folder: Path, rf: RemoteFile, *, force: bool, progress: Pr
         return target
     if len(errors) == 1:
         raise DownloadError(errors[0])
-    raise DownloadError(f"{rf.filename}: every source failed:\n  " + "\n  ".join(errors))
+    raise DownloadError(f"{rf.filename}: every source failed: "
+                        + "; ".join(f"({i}) {e}" for i, e in enumerate(errors, 1)))  # one line
 
 
 @dataclass(frozen=True)
