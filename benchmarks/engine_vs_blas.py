@@ -26,6 +26,9 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+# as rbench.engine.blas_tiles does when it loads torch itself: torch's OpenMP threads sleep after
+# each call instead of spinning on the cores the scan needs (read when torch loads)
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import rbench  # noqa: E402,F401,I001  (before numpy: it sets OpenBLAS's thread spin, as the CLI runs)
 import numpy as np  # noqa: E402

@@ -37,6 +37,10 @@ def backend() -> str:
         raise RBenchError(f"RBENCH_TILE_BLAS must be auto, torch or numpy, got {want!r}")
     if want == "numpy":
         return "numpy"
+    if "torch" not in sys.modules:
+        # torch's OpenMP threads spin after each mm, on the cores the scan needs next (2.5x the
+        # d = 128 scan on 2 cores); told to sleep unless the user chose (read when torch loads)
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
     try:
         import torch  # noqa: F401  (MKL: ~1.2x OpenBLAS on its best kernel here)
     except ImportError:
@@ -104,7 +108,7 @@ def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
     """The rows' pending top-k candidates (BLAS score, part column; count, bound), in buffers
     kept on ``top`` from call to call (fresh pages cost more than the scan here)."""
     width = 2 * top.k + 256
-    have = getattr(top, "pending", None)
+    have = top.pending
     if have is None or have[0].shape[0] < n_rows or have[0].shape[1] != width:
         have = (np.empty((n_rows, width), dtype=np.float32), np.empty((n_rows, width), dtype=np.int64),
                 np.empty(n_rows, dtype=np.int64), np.empty(n_rows))
@@ -120,16 +124,16 @@ def scan(q: np.ndarray, e: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray,
          top: Any, more: bool, kernels: Any, n_threads: int) -> None:
     """``fused.gemm_scan``'s contract for the candidates e (C x K fp32, pool indices from a):
     the same counts and top-k, from BLAS tiles (see the module's docstring). ``top``: a
-    ``fused.TopK`` (its buffers hold exact scores here; ``blocks``: the tile buffer)."""
+    ``fused.TopK`` (its buffers hold exact scores here; ``tiles``, ``pending``: this path's)."""
     B, C = len(q), len(e)
-    if top.blocks is None or top.blocks.size < B * TILE_COLS:
-        top.blocks = np.empty(B * TILE_COLS, dtype=np.float32)
+    if top.tiles is None or top.tiles.size < B * TILE_COLS:
+        top.tiles = np.empty(B * TILE_COLS, dtype=np.float32)
     px, pc, pn, pt = _pending(top, B)
     bad = np.zeros(max(1, n_threads), dtype=np.int64)
     eps = np.zeros(B)
     for c0 in range(0, C, TILE_COLS):
         c1 = min(C, c0 + TILE_COLS)
-        tile = top.blocks.reshape(-1)[: B * (c1 - c0)].reshape(B, c1 - c0)
+        tile = top.tiles[: B * (c1 - c0)].reshape(B, c1 - c0)
         eps = np.maximum(eps, bound(q, e[c0:c1]))  # (the part's so far: pending candidates' too)
         hi, lo = bands(thr, eps)
         gemm(q, e[c0:c1], tile)

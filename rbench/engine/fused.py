@@ -103,9 +103,13 @@ class TopK:
         self.done = False
         # gemm_scan's per-thread blocks of scores (independent of k and of the rows)
         self.blocks: np.ndarray | None = spare.blocks if spare is not None else None
+        # the BLAS-tile path's (rbench.engine.blas_tiles): its tile buffer and pending lists
+        self.tiles: np.ndarray | None = spare.tiles if spare is not None else None
+        self.pending: tuple[np.ndarray, ...] | None = spare.pending if spare is not None else None
 
     def nbytes(self) -> int:
-        return sum(b.nbytes for b in self._base) + (self.blocks.nbytes if self.blocks is not None else 0)
+        extra = [self.blocks, self.tiles, *(self.pending or ())]
+        return sum(b.nbytes for b in self._base) + sum(b.nbytes for b in extra if b is not None)
 
 
 # Spare buffers an evaluation leaves for the next one in this process (as BLAS libraries keep

@@ -80,13 +80,14 @@ def dots8(qr, e0, e1, e2, e3, e4, e5, e6, e7, out, j):
 
 
 @numba.njit(cache=True)
-def exact_dots(qr, e, cols, n, out):
-    """out[j] = exact_dot(qr, e[cols[j]]) for j < n, eight at a time (the last group repeats its
-    last column; out needs room for n rounded up to 8)."""
+def exact_dots(qr, e, base, cols, n, out):
+    """out[j] = exact_dot(qr, e[base + cols[j]]) for j < n, eight at a time (the last group
+    repeats its last column; out needs room for n rounded up to 8)."""
     for j in range(0, n, 8):
         c = cols[min(j, n - 1)], cols[min(j + 1, n - 1)], cols[min(j + 2, n - 1)], cols[min(j + 3, n - 1)]
         d = cols[min(j + 4, n - 1)], cols[min(j + 5, n - 1)], cols[min(j + 6, n - 1)], cols[min(j + 7, n - 1)]
-        dots8(qr, e[c[0]], e[c[1]], e[c[2]], e[c[3]], e[d[0]], e[d[1]], e[d[2]], e[d[3]], out, j)
+        dots8(qr, e[base + c[0]], e[base + c[1]], e[base + c[2]], e[base + c[3]], e[base + d[0]], e[base + d[1]],
+              e[base + d[2]], e[base + d[3]], out, j)
 
 
 @numba.njit(inline="always")
@@ -101,11 +102,36 @@ def positives_within(row, a, pos_r, lo, hi):
 
 
 @numba.njit(inline="always")
-def rank_row(row, qr, e, c0, r, a, thr, his, los, pos, higher, equal, eps):
+def gather_flagged(row, fl, cols, xs):
+    """The flagged columns (ascending) and their scores into cols/xs; returns how many. The flags
+    are read eight bytes at a time: only non-zero words are looked at."""
+    words = fl.view(np.uint64)
+    m = 0
+    for j in range(words.shape[0]):  # (flags past the row's end are zero)
+        w = words[j]
+        while w != 0:
+            c = 8 * j + (trailing_zeros(w) >> 3)
+            w &= w - np.uint64(1)
+            cols[m] = c
+            xs[m] = row[c]
+            m += 1
+    return m
+
+
+@numba.njit(inline="always")
+def flag_band(row, lo, hi, fl):
+    """fl[c] = lo <= row[c] <= hi (one byte each: vectorises)."""
+    for c in range(row.shape[0]):
+        x = row[c]
+        fl[c] = np.uint8(x >= lo) & np.uint8(x <= hi)
+
+
+@numba.njit(inline="always")
+def rank_row(row, qr, e, c0, r, a, thr, his, los, pos, higher, equal, eps, fl, cols, xs, ys):
     """Row r's exact rank counts over this tile: BLAS scores outside each positive's band
-    counted at once, those inside recomputed. The row's positives in the tile are then taken
-    back (their own contributions, as they were added; a band holding only positives is not
-    looked into: they would be taken back). Returns the bound's violations."""
+    counted at once, those inside (flagged, gathered) recomputed. The row's positives in the
+    tile are then taken back (their own contributions, as they were added; a band holding only
+    positives is not looked into: they would be taken back). Returns the bound's violations."""
     C = row.shape[0]
     P = thr.shape[1]
     bad = 0
@@ -115,13 +141,14 @@ def rank_row(row, qr, e, c0, r, a, thr, his, los, pos, higher, equal, eps):
         higher[r, j] += h
         look = g - h > positives_within(row, a, pos[r], lo, hi)  # the band: more than positives
         if look:
-            for c in range(C):
-                x = row[c]
-                if x >= lo and x <= hi:
-                    y = exact_dot(qr, e[c0 + c])
-                    bad += abs(np.float64(x) - np.float64(y)) > eps
-                    higher[r, j] += y > t
-                    equal[r, j] += y == t
+            flag_band(row, lo, hi, fl)
+            m = gather_flagged(row, fl, cols, xs)
+            exact_dots(qr, e, c0, cols, m, ys)
+            for i in range(m):
+                y = ys[i]
+                bad += abs(np.float64(xs[i]) - np.float64(y)) > eps
+                higher[r, j] += y > t
+                equal[r, j] += y == t
         for jj in range(P):
             p = pos[r, jj]
             if p >= a and p < a + C and row[p - a] != -np.inf:
@@ -151,23 +178,6 @@ def up32(v):
     if np.float64(y) < v:
         y = np.nextafter(y, np.float32(np.inf))
     return y
-
-
-@numba.njit(inline="always")
-def gather_flagged(row, fl, cols, xs):
-    """The flagged columns (ascending) and their scores into cols/xs; returns how many. The flags
-    are read eight bytes at a time: only non-zero words are looked at."""
-    words = fl.view(np.uint64)
-    m = 0
-    for j in range(words.shape[0]):  # (flags past the row's end are zero)
-        w = words[j]
-        while w != 0:
-            c = 8 * j + (trailing_zeros(w) >> 3)
-            w &= w - np.uint64(1)
-            cols[m] = c
-            xs[m] = row[c]
-            m += 1
-    return m
 
 
 @numba.njit(inline="always")
@@ -238,7 +248,7 @@ def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
     """The pending list's exact scores (each checked against the bound) into the row's buffer of
     exact scores (ascending pool index; when full its k best are kept, ``keep_best``: ties to
     the lower pool index, and T rises to their k-th best). Returns (n, T, violations)."""
-    exact_dots(qr, e, pc, pn, ys)
+    exact_dots(qr, e, 0, pc, pn, ys)
     bad = 0
     for j in range(pn):
         y = ys[j]
@@ -280,7 +290,7 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
         fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
         sample = np.empty(C // STRIDE + 8, dtype=np.float32)
         cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float32)
-        ys = np.empty(px.shape[1] + 8, dtype=np.float32)
+        ys = np.empty(max(C, px.shape[1]) + 8, dtype=np.float32)
         keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width if not more else 0, bv)
         for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
             row = s[r]
@@ -288,7 +298,8 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
                 row[ex_col[j]] = -np.inf
             if want_finite:
                 finite[r] += finite_count(row)
-            bad[th] += rank_row(row, q[r], e, c0, r, a + c0, thr, his, los, pos, higher, equal, eps[r])
+            bad[th] += rank_row(row, q[r], e, c0, r, a + c0, thr, his, los, pos, higher, equal, eps[r], fl, cols, xs,
+                                ys)
             if k == 0:
                 continue
             m = select_row(row, k, bt[r], pt[r], eps[r], fl, sample, cols, xs)
