@@ -137,3 +137,25 @@ def test_auto_checkpointing_decides_by_the_steps_activations():
     assert lmodel.activation_bytes(qwen, 9_800, torch.bfloat16) < budget
     assert lmodel.activation_bytes(qwen, 47_872, torch.bfloat16) > budget
     assert lmodel.activation_bytes(qwen, 100, torch.float32) == 2 * lmodel.activation_bytes(qwen, 100, torch.bfloat16)
+
+
+def test_groups_run_only_when_they_save_padding(qwen_dir):
+    """Rows of one length run as one call (groups would save nothing); rows of varied lengths run
+    in ``buckets`` calls."""
+    model = _model(qwen_dir)
+    calls = {"n": 0}
+    forward = model.hidden_states
+
+    def counted(batch, soft):
+        calls["n"] += 1
+        return forward(batch, soft)
+
+    model.hidden_states = counted
+    rng = np.random.default_rng(3)
+    alike = model.tokens.candidates([" ".join(f"w{i + j}" for j in range(4)) for i in range(12)])  # distinct rows
+    varied = model.tokens.candidates(_words(rng, 12, 1, 20))
+    with torch.no_grad():
+        model.candidate_tokens_embeddings(alike, 3)
+        assert calls["n"] == 1
+        model.candidate_tokens_embeddings(varied, 3)
+        assert calls["n"] == 1 + 3
