@@ -34,6 +34,12 @@ candidates (256 tokens) and query prompts (512 tokens) in eval mode. Writes
 
     python benchmarks/gpu_step.py [--steps 8] [--device cuda]
     python benchmarks/gpu_step.py --device cpu --hidden 64 --layers 2 --steps 2 --encode-items 64   # code-path check
+
+``--tokens-of TASK [--set k=v ...]`` measures no step: it builds ``--steps`` training steps of a real
+task exactly as training does (``train.StepBuilder``, the ranker's tokenizer and options) and
+prints, per step, the real tokens, the tokens of the padded step and of the real-length step
+(``length_buckets=--buckets``: groups and shared duplicates): what the data's lengths save, on
+any machine, without the GPU's timing.
 """
 
 from __future__ import annotations
@@ -245,6 +251,52 @@ def report(args: argparse.Namespace, name: str, info: dict[str, Any], runs: list
     return "\n".join(lines) + "\n"
 
 
+def task_tokens(args: argparse.Namespace) -> int:
+    """``--tokens-of``: real / padded / real-length tokens of a task's first training steps."""
+    import numpy as np
+    import torch
+
+    from rbench.api import RunContext
+    from rbench.core import paths
+    from rbench.core.config import parse_assignments
+    from rbench.rankers import make_ranker
+    from rbench.tasks.registry import load_task
+    from rbench_rankers.lranker.model import length_groups
+    from rbench_rankers.lranker.train import StepBuilder, epoch_batches
+
+    sets = parse_assignments(args.sets)
+    data = load_task(args.tokens_of, {}, seed=0)
+    ranker = make_ranker("lranker", sets, RunContext(cache_dir=paths.cache_dir(), seed=0))
+    cfg, model = ranker.cfg, ranker._ensure_model()
+    rows = np.random.default_rng(0).permutation(len(data.train))
+    builder = StepBuilder(cfg, data.train, model.tokens, data.fit_pool.texts, len(data.fit_pool), None, 0)
+    builder.for_epoch(0, epoch_batches(rows, cfg.batch_size)[: args.steps])
+    tot = np.zeros(3)
+    for i in range(len(builder)):
+        step = builder[i]
+        real = padded = ours = 0
+        for b, dedupe in ((step.queries, False), (step.cand_tokens, True)):
+            lengths = b.attention_mask.sum(1)
+            if dedupe:  # identical rows run once
+                key = torch.cat([b.input_ids, b.attention_mask, b.pool_mask.long()], dim=1)
+                inverse = torch.unique(key, dim=0, return_inverse=True)[1]
+                lengths_u = torch.zeros(int(inverse.max()) + 1, dtype=lengths.dtype).scatter(0, inverse, lengths)
+            else:
+                lengths_u = lengths
+            groups = length_groups(lengths_u, args.buckets, int(b.input_ids.shape[1]))
+            real += int(lengths.sum())
+            padded += int(b.input_ids.numel())
+            ours += (len(lengths_u) * int(b.input_ids.shape[1]) if groups is None
+                     else sum(len(g) * int(lengths_u[g].max()) for g in groups))
+        tot += (real, padded, ours)
+        print(f"step {i}: real {real:,}, padded step {padded:,}, real-length step {ours:,} tokens")
+    print(f"{args.tokens_of}, {len(builder)} steps, {' '.join(f'--set {k}={v}' for k, v in sets.items())}: "
+          f"mean real {tot[0] / len(builder):,.0f}, padded {tot[1] / len(builder):,.0f}, real-length "
+          f"(length_buckets={args.buckets}) {tot[2] / len(builder):,.0f} tokens/step "
+          f"({tot[2] / tot[1]:.2f}x the padded step's)")
+    return 0
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--steps", type=int, default=8, help="timed optimiser steps per configuration (after 2 warm-up)")
@@ -263,7 +315,11 @@ def main() -> int:
     ap.add_argument("--layers", type=int, default=0)
     ap.add_argument("--encode-items", type=int, default=2048)
     ap.add_argument("--out", type=Path, default=None, help="default on CUDA: benchmarks/results/gpu_step.md")
+    ap.add_argument("--tokens-of", default=None, help="a task: count its training steps' tokens (no timing)")
+    ap.add_argument("--set", dest="sets", action="append", default=[], help="--tokens-of: ranker option key=value")
     args = ap.parse_args()
+    if args.tokens_of:
+        return task_tokens(args)
     import torch
 
     if args.device == "cuda" and not torch.cuda.is_available():

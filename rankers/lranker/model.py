@@ -199,6 +199,17 @@ BUCKET_MIN_SAVING = 0.85
 ACTIVATION_BUDGET = 0.5
 
 
+def length_groups(lengths: torch.Tensor, buckets: int, width: int) -> list[torch.Tensor] | None:
+    """Row indices of ``buckets`` length-sorted groups of a batch padded to ``width``, or None: one
+    padded call (one group asked, too few rows, or groups computing more than
+    ``BUCKET_MIN_SAVING`` of the padded tokens)."""
+    if buckets <= 1 or len(lengths) < 2 * buckets:
+        return None
+    groups = list(torch.tensor_split(torch.argsort(lengths, stable=True), buckets))
+    grouped = sum(len(idx) * int(lengths[idx].max()) for idx in groups)
+    return None if grouped > BUCKET_MIN_SAVING * len(lengths) * width else groups
+
+
 def activation_bytes(config: Any, tokens: int, dtype: torch.dtype) -> int:
     """An estimate of the activations one training step keeps for backward without checkpointing:
     per token and layer, about 12 hidden-width and 5 FFN-width tensors (norm inputs and outputs, q/k/v,
@@ -532,14 +543,11 @@ class LRankerModel(nn.Module):
         histories to a long one); the results come back in the batch's order. The masks make padding
         inert, so only the rounding of differently shaped products changes (and, in training, the
         dropout masks drawn: another trajectory, hence an option)."""
-        if buckets <= 1 or len(batch.input_ids) < 2 * buckets:
-            return self.pool(self.hidden_states(batch, soft), batch.pool_mask)
         lengths = batch.attention_mask.sum(1)
-        order = torch.argsort(lengths, stable=True)
-        groups = torch.tensor_split(order, buckets)
-        grouped = sum(len(idx) * int(lengths[idx].max()) for idx in groups)
-        if grouped > BUCKET_MIN_SAVING * batch.input_ids.numel():  # lengths alike: smaller calls only cost
+        groups = length_groups(lengths, buckets, int(batch.input_ids.shape[1]))
+        if groups is None:
             return self.pool(self.hidden_states(batch, soft), batch.pool_mask)
+        order = torch.cat(groups)
         parts = []
         for idx in groups:
             w = int(lengths[idx].max())
