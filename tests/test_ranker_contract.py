@@ -8,15 +8,22 @@ metaclass, and on the object) during runs of each kind: plain ``score`` and dens
 routing task, a two-stage run (``--rerank-from pop``), a CLI run of a registered plugin, its
 ``rbench verify --rerun`` and ``rbench rankers``. A read of anything undeclared fails the test with its name.
 
+A second, static check reads rbench's source for ``getattr``/``hasattr`` with a literal name on an
+object named as a ranker (``ranker``, ``cls``, ``ranker_cls``, ``instance``, ``x.ranker``, ...):
+it also covers paths no CPU test runs (a GPU scan, Ray shards).
+
 Planted bugs it catches (each checked by planting it): the runner reading an undeclared
 ``getattr(cls, "uses_gpu", False)`` in ``plan_run``; the scorer reading
-``getattr(ranker, "batch_hint", None)`` (``test_every_read_is_declared``); ``RANKER_ATTRIBUTES``
-losing a protocol's methods (``test_the_declared_set_is_the_protocols``).
+``getattr(ranker, "batch_hint", None)`` (``test_every_read_is_declared`` and
+``test_no_undeclared_read_in_the_source``); ``RANKER_ATTRIBUTES`` losing a protocol's methods
+(``test_the_declared_set_is_the_protocols``).
 """
 
 from __future__ import annotations
 
+import ast
 import sys
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -148,3 +155,26 @@ def test_every_read_is_declared(capsys, registered, tmp_path):
     undeclared = sorted(READS - RANKER_ATTRIBUTES)
     assert not undeclared, (f"the harness reads {undeclared} from rankers, which rbench.api's protocols "
                             f"(Ranker, EmbeddingRanker, RankerTraits) do not declare")
+
+
+RANKERISH = {"ranker", "cls", "ranker_cls", "instance", "first"}  # how rbench names a ranker class or object
+
+
+def test_no_undeclared_read_in_the_source():
+    """Every ``getattr(<ranker>, "name", ...)``/``hasattr`` in rbench/ names a declared attribute."""
+    root = Path(rbench.__file__).parent
+    found, bad = 0, []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+            if not (isinstance(node, ast.Call) and isinstance(node.func, ast.Name)
+                    and node.func.id in ("getattr", "hasattr") and len(node.args) >= 2):
+                continue
+            obj, key = node.args[0], node.args[1]
+            name = obj.id if isinstance(obj, ast.Name) else obj.attr if isinstance(obj, ast.Attribute) else ""
+            if name not in RANKERISH or not (isinstance(key, ast.Constant) and isinstance(key.value, str)):
+                continue
+            found += 1
+            if not key.value.startswith("_") and key.value not in RANKER_ATTRIBUTES:
+                bad.append(f"{path.relative_to(root.parent)}:{node.lineno}: {name}.{key.value}")
+    assert found >= 20  # (the scan sees the harness's reads)
+    assert not bad, f"reads of ranker attributes rbench.api does not declare: {bad}"
