@@ -118,3 +118,19 @@ def test_table_says_where_its_default_output_went(capsys, records, tmp_path, mon
     assert f"written: leaderboards/large.md (the default --output: leaderboards/ in {tmp_path}" in text
     code, out, _ = cli(capsys, "table", "-s", "large", "--results-dir", str(records), "-o", str(tmp_path / "x.md"))
     assert code == 0 and "the default --output" not in out  # said only where rbench chose the place
+
+
+def test_every_docs_page_a_message_names_exists():
+    """Help texts and messages send users to ``docs/...md`` (``rbench run --help`` to
+    docs/reference/measures.md): each must be a file of the repository, where a reader of the
+    message can open it, not a page that exists only in the built site."""
+    from pathlib import Path
+
+    import rbench
+
+    root = Path(rbench.__file__).resolve().parents[1]
+    named = {m for path in (root / "rbench").rglob("*.py")
+             for m in re.findall(r"docs/[A-Za-z0-9_/.-]+\.md", path.read_text(encoding="utf-8"))}
+    assert "docs/reference/measures.md" in named and len(named) >= 5
+    missing = sorted(m for m in named if not (root / m).is_file())
+    assert not missing, f"messages name docs pages that are not in the repository: {missing}"
