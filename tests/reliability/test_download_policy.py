@@ -5,8 +5,10 @@ is left where a file is expected. Limits are ~1 s so that each test takes a seco
 
 from __future__ import annotations
 
+import ast
 import base64
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -182,3 +184,35 @@ def test_limits_are_checked_where_they_are_built():
     for bad in ({"deadline_s": float("inf")}, {"stall_s": -1.0}, {"max_bytes": 0}, {"max_bytes": True}):
         with pytest.raises(RBenchError, match="download limit"):
             DownloadLimits(**bad)  # type: ignore[arg-type]
+
+
+# ------------------------------------------------------------------------------ one policy
+
+NETWORK_MODULES = ("requests", "urllib.request", "urllib3", "http.client", "httpx", "aiohttp", "socket", "pooch")
+
+
+def network_imports(root: Path) -> list[str]:
+    """``file:line module`` for every import of a network client under ``root`` (any depth,
+    inside functions too), but ``rbench/core/http.py``: the one place that opens connections."""
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path.as_posix().endswith("rbench/core/http.py"):
+            continue
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and not node.level else []
+            for name in names:
+                if any(name == m or name.startswith(m + ".") for m in NETWORK_MODULES):
+                    found.append(f"{path.relative_to(root.parent)}:{node.lineno} {name}")
+    return found
+
+
+def test_every_network_call_goes_through_the_one_policy(tmp_path):
+    """No module of rbench or of the built-in rankers opens a connection of its own (the imports
+    of ir_datasets, datasets and model hubs do theirs inside those packages)."""
+    repo = Path(__file__).resolve().parents[2]
+    assert network_imports(repo / "rbench") == [] and network_imports(repo / "rankers") == []
+    planted = tmp_path / "pkg"
+    planted.mkdir()
+    (planted / "m.py").write_text("def get():\n    import requests\n    from urllib.request import urlopen\n")
+    assert network_imports(planted) == ["pkg/m.py:2 requests", "pkg/m.py:3 urllib.request"]
