@@ -33,12 +33,13 @@ class Machine:
     env: dict[str, str] = field(default_factory=dict)  # the variables that change the kernels
 
 
-def _cpuinfo() -> tuple[str, list[str]]:
-    """(CPU model name, the vector-ISA flags it has, widest first) from /proc/cpuinfo."""
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or platform.machine(), []
+def _cpuinfo(text: str | None = None) -> tuple[str, list[str]]:
+    """(CPU model name, the vector-ISA flags it has, widest first) from /proc/cpuinfo (or text)."""
+    if text is None:
+        try:
+            text = Path("/proc/cpuinfo").read_text()
+        except OSError:
+            return platform.processor() or platform.machine(), []
     model = re.search(r"^model name\s*:\s*(.+)$", text, re.M)
     flags_line = re.search(r"^flags\s*:\s*(.+)$", text, re.M)
     flags = set(flags_line.group(1).split()) if flags_line else set()
