@@ -168,3 +168,25 @@ def test_bands_round_outwards():
     hi, lo = blas_tiles.bands(thr, np.array([1e-9]))
     assert (hi.astype(np.float64) >= thr + 1e-9).all() and (lo.astype(np.float64) <= thr - 1e-9).all()
     assert (hi > thr).all() and (lo < thr).all()
+
+
+@pytest.mark.parametrize("mode", ["own", "tile"])
+def test_both_fused_gemm_paths_equal_the_reference(monkeypatch, mode):
+    """RBENCH_GEMM=own (rbench's GEMM fused with the scan, packed operands) and tile (BLAS tiles,
+    raw candidates): each equals the reference on near-ties, so both give the same ranks."""
+    emb, q, queries = _near_ties(48, seed=11)
+    monkeypatch.setenv("RBENCH_GEMM", mode)
+    seen = []
+    real = fused.gemm_scan
+    monkeypatch.setattr(fused, "gemm_scan", lambda q_, ops, *a, **kw: seen.append(ops.ndim) or real(q_, ops, *a, **kw))
+    ref, got = fused_and_reference(monkeypatch, None, queries, make_pool(len(emb)),
+                                   scorer=vector_scorer(emb, q, queries, pool_checked=True), batch_size=37,
+                                   chunk_size=65536, topk=50)
+    assert_same_eval(ref, got)
+    assert set(seen) == {3 if mode == "own" else 2}
+
+
+def test_a_bad_gemm_mode_is_refused(monkeypatch):
+    monkeypatch.setenv("RBENCH_GEMM", "fast")
+    with pytest.raises(RBenchError, match="RBENCH_GEMM must be tile, own or blas"):
+        fused.own_gemm(8)
