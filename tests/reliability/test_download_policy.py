@@ -113,7 +113,7 @@ def test_a_trickling_download_ends_at_its_deadline_and_keeps_its_part(serve):  #
     t0 = time.monotonic()
     with pytest.raises(DownloadError, match=r"interrupted after .* within 1 s \(the deadline\)") as err:
         fetch("rec-toy", rf, limits=FAST)
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 10  # the whole trickle takes 34 minutes
     assert "\n" not in str(err.value) and "resumes" in str(err.value) and "deadline 1 s" in str(err.value)
     assert folder() == ["data.bin.part", "data.bin.part.json"]  # resumable; never the file itself
 
@@ -126,7 +126,7 @@ def test_a_stalled_download_is_cut_after_stall_s(serve, behave, needle):  # noqa
     t0 = time.monotonic()
     with pytest.raises(DownloadError, match=r"no byte for 0\.5 s") as err:
         fetch("rec-toy", rf, limits=DownloadLimits(deadline_s=30, stall_s=0.5))
-    assert time.monotonic() - t0 < 2.5
+    assert time.monotonic() - t0 < 3.5  # the server hangs up after 5 s
     assert needle in str(err.value) and "\n" not in str(err.value)
     assert "data.bin" not in folder()
 
@@ -161,7 +161,7 @@ def test_the_download_command_sets_the_limits_and_says_one_line(serve, monkeypat
     t0 = time.monotonic()
     code = main(["data", "download", "rec-toy", "--quiet", "--deadline-s", "1", "--stall-s", "0.5"])
     lines = [line for line in capsys.readouterr().err.splitlines() if line.strip()]
-    assert code == 2 and time.monotonic() - t0 < 3
+    assert code == 2 and time.monotonic() - t0 < 10
     assert len(lines) == 1 and "within 1 s (the deadline)" in lines[0] and "Traceback" not in lines[0]
     assert not (paths.raw_dir("rec-toy") / "data.bin").exists()
 
