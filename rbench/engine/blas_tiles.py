@@ -19,6 +19,7 @@ from __future__ import annotations
 import os
 import sys
 import warnings
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -71,13 +72,22 @@ def gemm(q: np.ndarray, e: np.ndarray, out: np.ndarray) -> None:
         np.matmul(q, e.T, out=out)
 
 
-def bound(q: np.ndarray, e: np.ndarray) -> np.ndarray:
+def tile_norms(e: np.ndarray) -> np.ndarray:
+    """Each TILE_COLS tile's largest squared candidate norm (fp32 sums: within gamma_K of the
+    truth, widened in ``bound``). The dense scorer keeps them per chunk for every query batch."""
+    sq = np.einsum("ij,ij->i", e, e)
+    return np.array([sq[c : c + TILE_COLS].max(initial=0.0) for c in range(0, len(e), TILE_COLS)])
+
+
+def bound(q: np.ndarray, e: np.ndarray, e_sq: float | None = None) -> np.ndarray:
     """Per query row: the most any two fp32 computations of its dot product with one of e's rows
     may differ (any summation order, fma or not, subnormals flushed or not): 2 gamma_K |q| max|e|
-    with gamma_K = K u / (1 - K u), widened for the norms' own rounding."""
+    with gamma_K = K u / (1 - K u), widened for the norms' own rounding. ``e_sq``: e's largest
+    squared norm, when known (``tile_norms``)."""
     K = q.shape[1]
     gamma = K * _U / (1.0 - K * _U)
-    e_sq = np.einsum("ij,ij->i", e, e).max(initial=0.0)  # fp32: within gamma_K of the truth
+    if e_sq is None:
+        e_sq = float(np.einsum("ij,ij->i", e, e).max(initial=0.0))
     q_norm = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
     e_norm = np.sqrt(float(e_sq) / (1.0 - gamma))
     return 2.0 * gamma * (1.0 + 1e-6) * q_norm * e_norm + 4.0 * K * _TINY
@@ -119,12 +129,23 @@ def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
     return px, pc, pn, pt
 
 
-def scan(q: np.ndarray, e: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, ex_off: np.ndarray,
+@dataclass(frozen=True)
+class Candidates:
+    """A chunk's candidates for the tile scan: fp32 vectors (C x K, C-contiguous) and, when the
+    scorer keeps them, their ``tile_norms`` (else computed per call)."""
+
+    e: np.ndarray
+    norms: np.ndarray | None = None
+
+
+def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndarray, ex_off: np.ndarray,
          ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray, finite: np.ndarray,
          top: Any, more: bool, kernels: Any, n_threads: int) -> None:
-    """``fused.gemm_scan``'s contract for the candidates e (C x K fp32, pool indices from a):
-    the same counts and top-k, from BLAS tiles (see the module's docstring). ``top``: a
-    ``fused.TopK`` (its buffers hold exact scores here; ``tiles``, ``pending``: this path's)."""
+    """``fused.gemm_scan``'s contract for the candidates (pool indices from a): the same counts
+    and top-k, from BLAS tiles (see the module's docstring). ``top``: a ``fused.TopK`` (its
+    buffers hold exact scores here; ``tiles``, ``pending``: this path's)."""
+    e = cands.e
+    norms = cands.norms if cands.norms is not None else tile_norms(e)
     B, C = len(q), len(e)
     if top.tiles is None or top.tiles.size < B * TILE_COLS:
         top.tiles = np.empty(B * TILE_COLS, dtype=np.float32)
@@ -134,7 +155,7 @@ def scan(q: np.ndarray, e: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray,
     for c0 in range(0, C, TILE_COLS):
         c1 = min(C, c0 + TILE_COLS)
         tile = top.tiles[: B * (c1 - c0)].reshape(B, c1 - c0)
-        eps = np.maximum(eps, bound(q, e[c0:c1]))  # (the part's so far: pending candidates' too)
+        eps = np.maximum(eps, bound(q, e[c0:c1], float(norms[c0 // TILE_COLS])))  # (the part's so far)
         hi, lo = bands(thr, eps)
         gemm(q, e[c0:c1], tile)
         off, col = _exclusions(ex_off, ex_col, c0, c1)

@@ -268,18 +268,18 @@ def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
     return out
 
 
-def gemm_scan(q: np.ndarray, packed: np.ndarray, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
+def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
               ex_off: np.ndarray, ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray,
               finite: np.ndarray, top: TopK, more: bool = True) -> None:
     """``scan`` over the scores ``gemm`` would write for q and the n_cols packed candidates
     (pool indices from a), computed and scanned a block of query rows at a time while the block
     is in cache, never written whole. Row r's excluded candidates are the chunk columns
     ``ex_col[ex_off[r]:ex_off[r+1]]`` (they score -inf). Only for rows that saw no fp64 chunk.
-    ``packed`` 2-D: the raw candidates (C x d fp32, ``tile_gemm``): BLAS tiles, the same results."""
+    ``packed`` a ``blas_tiles.Candidates`` (``tile_gemm``): BLAS tiles, the same results."""
     if top.wide:
         raise ValueError("gemm_scan computes fp32 scores: it cannot follow an fp64 chunk")
     kernels = _kernels()
-    if packed.ndim == 2:
+    if not isinstance(packed, np.ndarray):  # blas_tiles.Candidates
         from rbench.engine import blas_tiles
         with _LOCK:
             blas_tiles.scan(_writable(q, np.float32), packed, a, _writable(thr, np.float32), pos, ex_off, ex_col,
@@ -440,17 +440,20 @@ def _warm_gemm_scan() -> None:
 def _warm_tile_scan() -> None:
     """``gemm_scan`` on BLAS tiles (raw candidates, writable and read-only: a memory-mapped pool's
     chunk is read in place): without and with a top-k and exclusions."""
-    e = np.ones((20, _WARM_DIM), dtype=np.float32)
-    frozen = e.copy()
+    from rbench.engine.blas_tiles import Candidates
+
+    raw = np.ones((20, _WARM_DIM), dtype=np.float32)
+    frozen = raw.copy()
     frozen.flags.writeable = False
+    e, ro = Candidates(raw), Candidates(frozen)
     q = np.ones((2, _WARM_DIM), dtype=np.float32)
     no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
     ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
     for k in (0, 3):
         thr, pos, higher, equal, finite = _tiny_counts(2)
         top = TopK(2, k)
-        gemm_scan(q, e, len(e), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
-        gemm_scan(q, frozen, len(e), len(e), thr, pos, ex_off, ex_col, True, higher, equal, finite, top, more=False)
+        gemm_scan(q, e, len(raw), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
+        gemm_scan(q, ro, len(raw), len(raw), thr, pos, ex_off, ex_col, True, higher, equal, finite, top, more=False)
 
 
 _WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan, "tile_scan": _warm_tile_scan}

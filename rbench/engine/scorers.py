@@ -189,11 +189,11 @@ def dense_scorer(emb: Any, encode_queries: Callable[[Queries], np.ndarray], name
             return fused.pair_dots(q, g)
         return np.einsum("bd,bmd->bm", q, g)
 
-    def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    def operands(batch: Queries, cand: np.ndarray) -> tuple[np.ndarray, Any]:
         """(query vectors, packed candidates) of a shared-pool chunk, for the engine's fused GEMM
         and scan (``fused.gemm_scan``): the same scores ``score`` returns, never written whole."""
         if fused.tile_gemm():  # BLAS tiles (rbench.engine.blas_tiles): the raw candidates, fp32
-            return query_vectors(batch), np.require(candidates(cand), np.float32, "C")
+            return query_vectors(batch), chunks.tiles(cand)
         return query_vectors(batch), packed_chunk(cand)
 
     return Scorer(score, harness_scores=True, scratch_output=True, finite_inputs=pool_checked,
@@ -207,6 +207,7 @@ class _PoolChunks:
         self.emb = emb
         self.kept: dict[tuple[int, int], np.ndarray] = {}
         self.buf: np.ndarray | None = None
+        self.norms: dict[tuple[int, int], np.ndarray] = {}  # the BLAS tiles' candidate norms
 
     def candidates(self, cand: np.ndarray) -> Any:
         emb = self.emb
@@ -227,6 +228,19 @@ class _PoolChunks:
         else:
             self.buf = block
         return block
+
+    def tiles(self, cand: np.ndarray) -> Any:
+        """The chunk's fp32 candidates for the BLAS tiles (``rbench.engine.blas_tiles``), with
+        their tiles' norms, kept per chunk for the next query batches (the pool is fixed)."""
+        from rbench.engine.blas_tiles import Candidates, tile_norms
+
+        e = np.require(self.candidates(cand), np.float32, "C")
+        key = (int(cand[0]), len(cand)) if _contiguous(cand) else None
+        if key is None:
+            return Candidates(e)
+        if key not in self.norms:
+            self.norms[key] = tile_norms(e)
+        return Candidates(e, self.norms[key])
 
     def release(self) -> None:
         """Leave the packed candidates' memory to the next scorer (``fused.keep_buffer``): the
