@@ -36,6 +36,7 @@ PROTOCOL_CODE: tuple[str, ...] = (
     "rbench.tasks.families", "rbench.tasks.families.recsys", "rbench.tasks.pools", "rbench.tasks.fit_positives",
     "rbench.run.runner:subsample", "rbench.run.runner:apply_variant",
     "rbench.engine.evaluate", "rbench.engine.scorers", "rbench.engine.torch_scan", "rbench.engine.fused", "rbench.engine.kernels.fused", "rbench.engine.kernels.gemm",
+    "rbench.engine.blas_tiles", "rbench.engine.kernels.tiles",
     "rbench.engine.sharded", "rbench.engine.metrics", "rbench.core.measures", "rbench.engine.runfile",
     "rbench.run.rerank", "rbench.run.strategies",
 )
@@ -123,7 +124,13 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # the tree at d3b4507: issue 40's rule keeps a multi-answer test query's answers that are
         # no fit positive (one-answer tasks, esci and msmarco by default, unchanged), merged with
         # issue 43's moves; rbench verify results/: every record OK
-        "2b2e874191f7a1a6c5305c3df5d75046538fae37dc7e8bc4a746dcd15595bf78"),
+        "2b2e874191f7a1a6c5305c3df5d75046538fae37dc7e8bc4a746dcd15595bf78",
+        # issue 44: the dense fused scan on BLAS tiles (rbench.engine.blas_tiles and kernels.tiles join
+        # the protocol's code), certified against the own GEMM's bits: ranks, ties and top-k equal
+        # bit for bit
+        # (tests/engine/test_blas_tiles.py, the tile GEMM moved anywhere within the bound): no
+        # number moves
+        "30e1b47f3555c67ac1d60e83ab7b2a640c27b2d015402674fa2771f1c91b7d58"),
 }
 
 
