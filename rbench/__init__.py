@@ -9,7 +9,7 @@ in ``rbench.public``, whose module level imports nothing heavy, so ``import rben
 
 import os as _os
 
-__version__ = "0.2.0"  # follows releases; what a record's numbers depend on is rbench.core.protocol
+from rbench.core.version import __version__  # declared in core: the store and the records read it from below
 
 # OpenBLAS (numpy's BLAS) keeps its worker threads spinning for ~0.1 s of CPU after every call
 # (2^28 cycles, its default), on the cores that the engine's numba scan (rbench.engine.fused) needs
@@ -19,7 +19,7 @@ __version__ = "0.2.0"  # follows releases; what a record's numbers depend on is 
 # (the CLI always is; elsewhere export OPENBLAS_THREAD_TIMEOUT=4).
 _os.environ.setdefault("OPENBLAS_THREAD_TIMEOUT", "4")
 
-from rbench.public import (  # noqa: E402  (the version first: rbench.results.record reads it)
+from rbench.public import (  # noqa: E402  (after OPENBLAS_THREAD_TIMEOUT is set)
     compare,
     evaluate,
     evaluate_many,

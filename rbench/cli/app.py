@@ -28,7 +28,7 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        from rbench import __version__
+        from rbench.core.version import __version__
         from rbench.core.protocol import PROTOCOL_VERSION
 
         print(f"rbench {__version__} (evaluation protocol {PROTOCOL_VERSION})")

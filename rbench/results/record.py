@@ -39,7 +39,7 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     import pandas as pd
 
-import rbench
+from rbench.core.version import __version__
 from rbench.core.atomic import atomic_write_bytes, locked
 from rbench.core.config import config_hash
 from rbench.core.errors import DataError, RBenchError, write_failure
@@ -135,7 +135,7 @@ class RunRecord:
     timings: dict[str, float]
     peak_rss_bytes: int
     tie_rule: str = TIE_RULE
-    rbench_version: str = rbench.__version__
+    rbench_version: str = __version__
     protocol: int = PROTOCOL_VERSION  # rbench.core.protocol; a record that lacks it reads as 0 (written before it)
     schema: int = SCHEMA_VERSION  # the file format's version (SCHEMA_VERSION); a record that lacks it reads as 0
     git_commit: str = ""

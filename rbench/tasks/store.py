@@ -65,7 +65,7 @@ from typing import Any
 
 import numpy as np
 
-from rbench import __version__
+from rbench.core.version import __version__
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.atomic import atomic_dir, atomic_write_text, is_temporary, remove_stale
