@@ -266,7 +266,7 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
         compare_frames,
         measure_column,
     )
-    from rbench.results.compare_runs import select
+    from rbench.readback.compare_runs import select
 
     CompareSettings(seed=seed, resamples=n_resamples, alpha=alpha)  # ranges declared once (--seed -1, 10**12 flips)
     check_options(test, correction, alpha)

@@ -30,7 +30,7 @@ def reproduce_cmd(
     """Re-run one of the paper's experiments (what is missing), and show rbench's numbers beside
     the paper's, each cell with its Δ."""
     from rbench.core.atomic import atomic_write_bytes
-    from rbench.results import reproduce
+    from rbench.audit import reproduce
 
     if list_all or experiment is None:
         table = Table(title="The paper's experiments (rbench reproduce NAME)")

@@ -12,13 +12,13 @@ from rbench.cli.common import out
 def verify_cmd(
     paths: list[Path] = typer.Argument(..., help="RunRecords (*.json) or folders of them (searched recursively)."),
     rerun: bool = typer.Option(False, "--rerun", help="Also run each record's ranker again (nothing written) and "
-                               "compare, where a rerun can give the same bits (rbench.results.verify)."),
+                               "compare, where a rerun can give the same bits (rbench.audit.verify)."),
 ) -> None:
     """Recompute every metric of each RunRecord from its run file and the task's qrels (and check
     its per-query file and sha256s): one line per record, OK, MISMATCH (the metric, stored vs
     recomputed) or SKIP (why it could not be checked here). Exit 1 on any mismatch; 2 on bad input
     (a path that is not a record or a folder, a malformed record)."""
-    from rbench.results.verify import MISMATCH, SKIP, record_files, verify_record
+    from rbench.audit.verify import MISMATCH, SKIP, record_files, verify_record
 
     files = record_files(paths)
     if not files:

@@ -6,7 +6,7 @@ whole family corrected (``rbench.results.paired``), and the size of each differe
 its p-value (a tiny difference is "significant" on enough queries). Each system gets a letter;
 a value carries, as superscripts, the letters of the systems it beats significantly after
 correction (as ranx's reports do). Pure numpy/pandas/scipy: the runs come in as per-query
-frames (``rbench.results.compare_runs`` reads them from RunRecords).
+frames (``rbench.readback.compare_runs`` reads them from RunRecords).
 """
 
 from __future__ import annotations

@@ -11,7 +11,7 @@ What is checked here, without loading the task (so it runs on every table): the 
 is there, is the one the record names (sha256), and the mean of each of its measure columns is
 the record's metric within ``TOLERANCE``; the run file, where the record names one, is there and
 is the one it names (sha256). That the run file ranks what the per-query file says, against the
-task's qrels, is ``rbench verify``'s part (``rbench.results.verify``): it needs the task loaded.
+task's qrels, is ``rbench verify``'s part (``rbench.audit.verify``): it needs the task loaded.
 
 ``TOLERANCE`` (absolute, 1e-9): a record's metric is the float64 mean of its per-query values,
 and the per-query file holds each value rounded to 1e-10 (``record.per_query_table``); the mean

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from rbench.results import reproduce
+from rbench.audit import reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -212,7 +212,7 @@ def test_qrels_train_split_under_a_variant_uses_the_fit_pool(monkeypatch, capsys
 
 # 11. a recipe's own [tolerance] is what the grader reads
 def test_grader_uses_the_recipes_own_tolerance():
-    from rbench.results import reproduce
+    from rbench.audit import reproduce
 
     text = ('title = "t"\npaper = "Table 2"\nkind = "table"\n\n[tolerance]\nok = 0.03\nokish = 0.1\n\n'
             '[[runs]]\nranker = "pop"\ntasks = ["ml-100k"]\n')

@@ -75,7 +75,7 @@ def test_rbench_home_under_a_file_is_one_line(capsys, tmp_path, monkeypatch):
 
 
 def test_reproduce_output_that_is_a_file_is_refused_before_running(capsys, tmp_path, monkeypatch):
-    from rbench.results import reproduce
+    from rbench.audit import reproduce
 
     _forbid(monkeypatch, reproduce, "run", "the experiment ran")
     target = tmp_path / "tables"

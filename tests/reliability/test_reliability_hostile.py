@@ -300,7 +300,7 @@ def test_a_label_with_a_pipe_or_a_newline_keeps_the_markdown_table_whole(tmp_pat
 
 
 def test_a_reproduced_table_escapes_its_cells(tmp_path):
-    from rbench.results import reproduce
+    from rbench.audit import reproduce
 
     recipe = reproduce.get("smoke")
     row = {"ranker": "x|y", "task": "ml-100k", "variant": "orig|inal", "measure": "MRR", "rbench": 1.0,

@@ -254,7 +254,7 @@ def test_table_footer_names_the_results_dir_given(capsys, tmp_path, res, monkeyp
 
 @pytest.mark.parametrize("dry_run", [False, True])
 def test_reproduce_results_dir_that_is_a_file_is_refused_before_running(capsys, tmp_path, monkeypatch, dry_run):
-    from rbench.results import reproduce
+    from rbench.audit import reproduce
 
     def refuse(*_a, **_k):
         raise AssertionError("the experiment ran before the check")

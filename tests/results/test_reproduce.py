@@ -7,7 +7,7 @@ import json
 from types import SimpleNamespace
 
 from rbench.rankers import available_rankers
-from rbench.results import reproduce
+from rbench.audit import reproduce
 from rbench.tasks.registry import list_tasks
 from tests.helpers import cli, one_line
 

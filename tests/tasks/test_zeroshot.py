@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 
 from rbench.api import BaseRanker, Pool, Queries, TaskData
+from rbench.audit import reproduce
 from rbench.core import paths
 from rbench.core.errors import RBenchError
-from rbench.results import leaderboard, reproduce
+from rbench.results import leaderboard
 from rbench.run.runner import RunOptions, make_plan, run
 from rbench.tasks import registry
 from rbench.tasks.registry import load_task

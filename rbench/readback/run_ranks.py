@@ -5,8 +5,8 @@ The task is loaded as the run loaded it (task name, non-default options, variant
 sample, seed); each query's run-file lines are read by the one reader of run files
 (``rbench.engine.runfile.read_run``) and ordered as the tools read them (score descending; a tie,
 which rbench's own files never hold, broken pessimistically as the engine does). Kept apart from
-``rbench.results.verify`` (which reruns rankers through ``rbench.public``) so that
-``rbench.results.compare_runs`` can use it without an import circle.
+``rbench.audit.verify`` (which reruns rankers through ``rbench.public``) so that
+``rbench.readback.compare_runs`` can use it without an import circle.
 """
 
 from __future__ import annotations

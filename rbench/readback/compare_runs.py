@@ -155,7 +155,7 @@ def _measure_name(name: str) -> str | None:
 def from_run_file(lb: Leaderboard, row: RowKey, column: ColumnKey, measure: str,
                   frame: pd.DataFrame) -> pd.DataFrame:
     """``frame`` with a column of ``measure`` per query, computed from the cell's run file and the
-    test set's qrels (loaded as the run loaded them; ``rbench.results.run_ranks``), by the one
+    test set's qrels (loaded as the run loaded them; ``rbench.readback.run_ranks``), by the one
     arithmetic of measures. Exact only: every query's value must follow from the file (its list
     complete, or at least as deep as the measure's cutoff; RR: a positive listed), else the
     line says which cutoff the file can settle."""
@@ -165,7 +165,7 @@ def from_run_file(lb: Leaderboard, row: RowKey, column: ColumnKey, measure: str,
     from rbench.core.errors import DataError
     from rbench.core.measures import parse_measure
     from rbench.engine.metrics import per_query as measure_per_query
-    from rbench.results.run_ranks import BEYOND, file_ranks, load_test_set
+    from rbench.readback.run_ranks import BEYOND, file_ranks, load_test_set
 
     name = f"{lb.label(row)} on {lb.label(column)}"
     record, path = lb.records[(row, column)], lb.record_files[(row, column)]

@@ -41,9 +41,9 @@ import numpy as np
 
 from rbench.api import Ragged, TaskData
 from rbench.core.errors import DataError, RBenchError
+from rbench.readback.run_ranks import BEYOND, FileRanks, file_ranks, load_test_set
 from rbench.results.proof import TOLERANCE, file_problems, per_query_frame
 from rbench.results.record import RECORD_SUFFIX, RunRecord, read_record
-from rbench.results.run_ranks import BEYOND, FileRanks, file_ranks, load_test_set
 
 OK, MISMATCH, SKIP = "OK", "MISMATCH", "SKIP"
 
