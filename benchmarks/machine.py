@@ -75,7 +75,7 @@ def describe() -> Machine:
     """The machine now (call it after numpy / torch are loaded, so their BLAS is listed)."""
     cpu, isa = _cpuinfo()
     keys = ("OPENBLAS_CORETYPE", "OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
-            "NUMBA_NUM_THREADS", "MKL_ENABLE_INSTRUCTIONS")
+            "NUMBA_NUM_THREADS", "MKL_ENABLE_INSTRUCTIONS", "OMP_WAIT_POLICY")
     return Machine(cpu=cpu, logical_cpus=os.cpu_count() or 0, isa=isa, blas=_blas(), torch=_torch(),
                    env={k: os.environ[k] for k in keys if k in os.environ})
 
