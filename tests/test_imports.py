@@ -20,10 +20,12 @@ except ModuleNotFoundError:  # Python 3.10
 ROOT = Path(__file__).resolve().parents[1] / "rbench"
 
 # The layers, from the bottom up, and what the ranker plugins may import: declared once, in
-# pyproject.toml's [tool.rbench.layers] (a module may import modules of its own layer or of lower
-# ones; a new module must be given a layer there; that is the point of listing them).
+# pyproject.toml's [tool.rbench.layers]. The layers are the folders of rbench/ (and a few single
+# modules at its top): a module's place is its folder, so a new module inside a folder needs no
+# edit there; a new folder or top-level module must be given a place (that is the point of listing).
 _TABLE = tomllib.loads((ROOT.parent / "pyproject.toml").read_text(encoding="utf-8"))["tool"]["rbench"]["layers"]
-LAYERS: list[tuple[str, ...]] = [tuple(names) for names in _TABLE["order"]]
+ORDER: tuple[str, ...] = tuple(_TABLE["order"])
+INNER: tuple[str, ...] = tuple(_TABLE["inner"])
 PLUGIN_IMPORTS: frozenset[str] = frozenset(_TABLE["plugins"])
 RANKERS = ROOT.parent / "rankers"
 
@@ -126,14 +128,65 @@ def test_no_import_circles():
     assert not found, "import circles: " + "; ".join(" <-> ".join(c) for c in found)
 
 
-def test_every_module_has_a_layer_and_no_import_goes_up():
-    layer = {m: k for k, names in enumerate(LAYERS) for m in names}
+def folder(name: str) -> str:
+    """A module's place in the layer order: its folder under rbench/ (``rbench.engine.kernels.gemm``
+    -> ``rbench.engine``), or itself for a module at the top (``rbench.api``, ``rbench``)."""
+    return ".".join(name.split(".")[:2])
+
+
+def inside(name: str, package: str) -> bool:
+    return name == package or name.startswith(package + ".")
+
+
+def upward_imports(edges: dict[str, set[str]], order: tuple[str, ...]) -> list[str]:
+    """Every import from a folder to a folder above it (a package's own faces excepted: Python runs
+    them first whatever the order)."""
+    place = {f: k for k, f in enumerate(order)}
+    return sorted(f"{a} ({folder(a)}) -> {b} ({folder(b)})" for a, targets in edges.items() for b in targets
+                  if place[folder(b)] > place[folder(a)] and b not in package_parents(a))
+
+
+def inner_escapes(edges: dict[str, set[str]], inner: tuple[str, ...]) -> list[str]:
+    """Every import from a sub-package that ``inner`` puts below its folder to the rest of that folder."""
+    return sorted(f"{a} -> {b}" for sub in inner for a, targets in edges.items() if inside(a, sub)
+                  for b in targets if folder(b) == folder(sub) and not inside(b, sub) and b not in package_parents(a))
+
+
+def test_every_folder_has_a_place_and_every_place_exists():
     edges = graph()
-    unplaced = sorted(set(edges) - set(layer))
-    assert not unplaced, f"give these modules a layer in tests/test_imports.py: {unplaced}"
-    upward = [f"{a} (layer {layer[a]}) -> {b} (layer {layer[b]})" for a, targets in edges.items()
-              for b in targets if layer[b] > layer[a] and b not in package_parents(a)]
-    assert not upward, "upward imports: " + "; ".join(sorted(upward))
+    unplaced = sorted({folder(m) for m in edges} - set(ORDER))
+    assert not unplaced, f"give these folders or modules a place in pyproject.toml's [tool.rbench.layers] order: {unplaced}"
+    stale = sorted(set(ORDER) - {folder(m) for m in edges})
+    assert not stale, f"[tool.rbench.layers] order names no folder or module of rbench/: {stale}"
+    assert len(set(ORDER)) == len(ORDER), "a folder is listed twice in [tool.rbench.layers] order"
+    assert set(INNER) <= set(edges) and all(folder(sub) != sub for sub in INNER), f"inner names no sub-package: {INNER}"
+
+
+def test_no_import_goes_up_between_folders():
+    found = upward_imports(graph(), ORDER)
+    assert not found, "imports that run back up between folders: " + "; ".join(found)
+
+
+def test_the_sub_packages_below_their_folder_import_nothing_else_of_it():
+    found = inner_escapes(graph(), INNER)
+    assert not found, "inner sub-packages that import the rest of their folder: " + "; ".join(found)
+
+
+def test_the_layer_checks_see_a_planted_upward_import():
+    """The checks themselves: an engine module importing the runner, a kernel importing the engine
+    (both planted in a copy of the real graph) and a circle inside one folder are each found."""
+    edges = {a: set(b) for a, b in graph().items()}
+    assert not upward_imports(edges, ORDER)
+    edges["rbench.engine.metrics"].add("rbench.run.runner")
+    assert upward_imports(edges, ORDER) == ["rbench.engine.metrics (rbench.engine) -> rbench.run.runner (rbench.run)"]
+    edges = {a: set(b) for a, b in graph().items()}
+    edges["rbench.engine.kernels.gemm"].add("rbench.engine.metrics")
+    assert inner_escapes(edges, INNER) == ["rbench.engine.kernels.gemm -> rbench.engine.metrics"]
+    edges = {a: set(b) for a, b in graph().items()}
+    assert not circles(without_parents(edges))
+    edges["rbench.engine.metrics"].add("rbench.engine.scorers")
+    edges["rbench.engine.scorers"].add("rbench.engine.metrics")
+    assert ["rbench.engine.metrics", "rbench.engine.scorers"] in circles(without_parents(edges))
 
 
 PLUGIN_PACKAGES = {"rankers", "rbench_rankers"}  # the folder, and its installed import name
