@@ -259,6 +259,7 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
     mean differences, paired-t 95% CIs and Cohen's d_z. ``measures``: per-query column names
     (``MRR`` means ``RR``; default nDCG@10 and MRR). The result renders as ``.to_markdown()``,
     ``.to_csv()``, ``.to_latex()`` and ``.rich_tables()``; ``.pairs_frame()`` is a DataFrame."""
+    from rbench.readback.compare_runs import select
     from rbench.results.compare import (
         DEFAULT_MEASURES,
         NOT_MEASURES,
@@ -266,7 +267,6 @@ def compare(task: str, rankers: Iterable[str] | None = None, *, results_dir: str
         compare_frames,
         measure_column,
     )
-    from rbench.readback.compare_runs import select
 
     CompareSettings(seed=seed, resamples=n_resamples, alpha=alpha)  # ranges declared once (--seed -1, 10**12 flips)
     check_options(test, correction, alpha)

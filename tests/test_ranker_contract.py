@@ -32,9 +32,8 @@ import pytest
 import rbench
 from rbench import rankers as discovery
 from rbench.api import RANKER_ATTRIBUTES, BaseRanker, EmbeddingRanker, Ranker, RankerTraits
-from rbench.core import paths
 from tests.helpers import cli
-from tests.tasks.test_tasks_routing import make_rows, write_csv
+from tests.tasks.test_tasks_routing import write_routing_task
 
 READS: set[str] = set()  # attributes rbench's code looked up on a spy (class or object)
 
@@ -87,13 +86,6 @@ class VectorSpy(Spy):
         return np.tile([1.0, 0.0], (len(queries), 1))
 
 
-def _routing_task() -> str:
-    d = paths.raw_dir("routing-balance")
-    d.mkdir(parents=True, exist_ok=True)
-    write_csv(d / "router_data.csv", make_rows(n_tasks=4, per_task=40))
-    return "routing-balance"
-
-
 class _EP:
     def __init__(self, name: str, obj: type) -> None:
         self.name, self.obj, self.value = name, obj, f"tests:{obj.__name__}"
@@ -136,7 +128,7 @@ def test_the_spy_notes_only_the_harness():
 
 def test_every_read_is_declared(capsys, registered, tmp_path):
     READS.clear()
-    routing = _routing_task()
+    routing = write_routing_task()
     for cls in (Spy, VectorSpy):
         for task in ("ml-100k", routing):
             rbench.evaluate(cls, task, max_queries=30)

@@ -28,8 +28,8 @@ app = typer.Typer(add_completion=False, no_args_is_help=True, pretty_exceptions_
 
 def _version(value: bool) -> None:
     if value:
-        from rbench.core.version import __version__
         from rbench.core.protocol import PROTOCOL_VERSION
+        from rbench.core.version import __version__
 
         print(f"rbench {__version__} (evaluation protocol {PROTOCOL_VERSION})")
         raise typer.Exit()

@@ -29,8 +29,8 @@ def reproduce_cmd(
 ) -> None:
     """Re-run one of the paper's experiments (what is missing), and show rbench's numbers beside
     the paper's, each cell with its Δ."""
-    from rbench.core.atomic import atomic_write_bytes
     from rbench.audit import reproduce
+    from rbench.core.atomic import atomic_write_bytes
 
     if list_all or experiment is None:
         table = Table(title="The paper's experiments (rbench reproduce NAME)")

@@ -422,38 +422,34 @@ def _warm_gemm() -> None:
     pair_dots(q, np.ones((2, 3, _WARM_DIM), dtype=np.float32))
 
 
-def _warm_gemm_scan() -> None:
-    """``gemm_scan`` without and with a top-k, with and without exclusions, over two parts."""
-    e = np.ones((20, _WARM_DIM), dtype=np.float32)
-    packed = _tiny_packed(e)
+def _scan_two_parts(first: Any, second: Any, n: int) -> None:
+    """``gemm_scan`` over two parts of ``n`` candidates each (``first`` without exclusions,
+    ``second`` with one), without and with a top-k: every road a warm-up must compile."""
     q = np.ones((2, _WARM_DIM), dtype=np.float32)
     no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
     ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
     for k in (0, 3):
         thr, pos, higher, equal, finite = _tiny_counts(2)
         top = TopK(2, k)
-        gemm_scan(q, packed, len(e), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
-        gemm_scan(q, packed, len(e), len(e), thr, pos, ex_off, ex_col, True, higher, equal, finite, top,
-                  more=False)
+        gemm_scan(q, first, n, 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
+        gemm_scan(q, second, n, n, thr, pos, ex_off, ex_col, True, higher, equal, finite, top, more=False)
+
+
+def _warm_gemm_scan() -> None:
+    """``gemm_scan`` on the engine's packed operands."""
+    packed = _tiny_packed(np.ones((20, _WARM_DIM), dtype=np.float32))
+    _scan_two_parts(packed, packed, 20)
 
 
 def _warm_tile_scan() -> None:
     """``gemm_scan`` on BLAS tiles (raw candidates, writable and read-only: a memory-mapped pool's
-    chunk is read in place): without and with a top-k and exclusions."""
+    chunk is read in place)."""
     from rbench.engine.blas_tiles import Candidates
 
     raw = np.ones((20, _WARM_DIM), dtype=np.float32)
     frozen = raw.copy()
     frozen.flags.writeable = False
-    e, ro = Candidates(raw), Candidates(frozen)
-    q = np.ones((2, _WARM_DIM), dtype=np.float32)
-    no_off, no_col = np.zeros(3, dtype=np.int64), np.zeros(0, dtype=np.int64)
-    ex_off, ex_col = np.array([0, 1, 1], dtype=np.int64), np.array([4], dtype=np.int64)
-    for k in (0, 3):
-        thr, pos, higher, equal, finite = _tiny_counts(2)
-        top = TopK(2, k)
-        gemm_scan(q, e, len(raw), 0, thr, pos, no_off, no_col, False, higher, equal, finite, top, more=True)
-        gemm_scan(q, ro, len(raw), len(raw), thr, pos, ex_off, ex_col, True, higher, equal, finite, top, more=False)
+    _scan_two_parts(Candidates(raw), Candidates(frozen), len(raw))
 
 
 _WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan, "tile_scan": _warm_tile_scan}

@@ -39,7 +39,6 @@ from numpy.typing import NDArray
 if TYPE_CHECKING:
     import pandas as pd
 
-from rbench.core.version import __version__
 from rbench.core.atomic import atomic_write_bytes, locked
 from rbench.core.config import config_hash
 from rbench.core.errors import DataError, RBenchError, write_failure
@@ -47,6 +46,7 @@ from rbench.core.hashing import canonical_json
 from rbench.core.inputs import read_capped, read_json, size_text
 from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.core.settings import DEFAULT_SEED
+from rbench.core.version import __version__
 from rbench.engine.metrics import TIE_RULE
 from rbench.tasks.pools import Variant, parse_variant
 

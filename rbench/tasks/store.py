@@ -65,7 +65,6 @@ from typing import Any
 
 import numpy as np
 
-from rbench.core.version import __version__
 from rbench.api import Pool, Queries, Ragged, TaskData, TaskSpec
 from rbench.core import paths
 from rbench.core.atomic import atomic_dir, atomic_write_text, is_temporary, remove_stale
@@ -73,6 +72,7 @@ from rbench.core.errors import DataError
 from rbench.core.hashing import file_sha256 as _file_sha256
 from rbench.core.hashing import folder_digests, short_hash
 from rbench.core.inputs import read_json
+from rbench.core.version import __version__
 from rbench.tasks.family import Task
 from rbench.tasks.text_columns import ARROW_MIN_ROWS, ArrowTextColumn, HistoryTexts, read_arrow
 

@@ -34,7 +34,7 @@ import rbench
 from rbench.api import Queries, Ragged
 from rbench.core import paths
 from rbench.engine.evaluate import evaluate
-from tests.tasks.test_tasks_routing import make_rows, write_csv
+from tests.tasks.test_tasks_routing import write_routing_task
 
 
 def _walk(roots: list) -> list:
@@ -110,17 +110,10 @@ class VectorSpy(Spy):
         return np.tile([1.0, 0.0], (len(queries), 1))
 
 
-def _routing_task() -> str:
-    d = paths.raw_dir("routing-balance")
-    d.mkdir(parents=True, exist_ok=True)
-    write_csv(d / "router_data.csv", make_rows(n_tasks=4, per_task=40))
-    return "routing-balance"
-
-
 @pytest.mark.parametrize("task", ["ml-100k", "routing"])
 @pytest.mark.parametrize("cls", [Spy, VectorSpy])
 def test_the_spy_is_handed_no_label(task, cls):
-    name = _routing_task() if task == "routing" else task
+    name = write_routing_task() if task == "routing" else task
     spy = cls()
     rbench.evaluate(spy, name, max_queries=60)
     assert spy.found == []
@@ -135,7 +128,7 @@ def test_routing_outcomes_on_a_scored_split_do_not_reach_the_spy():
     imported task's) may be scored through the engine: the label-free view drops ``meta``."""
     from rbench.tasks.families.routing import OUTCOMES_KEY
 
-    data = rbench.load_task(_routing_task())
+    data = rbench.load_task(write_routing_task())
     assert OUTCOMES_KEY in data.valid.meta  # (what is at stake)
     for cls in (Spy, VectorSpy):
         spy = cls()

@@ -6,8 +6,8 @@ from __future__ import annotations
 import json
 from types import SimpleNamespace
 
-from rbench.rankers import available_rankers
 from rbench.audit import reproduce
+from rbench.rankers import available_rankers
 from rbench.tasks.registry import list_tasks
 from tests.helpers import cli, one_line
 

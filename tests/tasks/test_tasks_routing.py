@@ -50,6 +50,14 @@ def write_csv(path, rows, columns=None) -> None:
         w.writerows(rows)
 
 
+def write_routing_task(n_tasks: int = 4, per_task: int = 40) -> str:
+    """Raw routing-balance files of synthetic rows in the test's RBENCH_HOME; returns the task name."""
+    d = paths.raw_dir("routing-balance")
+    d.mkdir(parents=True, exist_ok=True)
+    write_csv(d / "router_data.csv", make_rows(n_tasks=n_tasks, per_task=per_task))
+    return "routing-balance"
+
+
 def expected_positive(rows: list[dict], w_perf: float, by: str = "task_id") -> dict[str, list[str]]:
     """Independent derivation: per-group min-max cost, objective, every LLM at the max."""
     df = pd.DataFrame(rows)
