@@ -43,6 +43,7 @@ run cut short keeps its rows).
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -104,21 +105,25 @@ class ScoreCall:
 
 
 def time_score_calls(ranker: Any) -> list[ScoreCall]:
-    """Wrap ``ranker.score`` (on the instance) so every call the engine makes is timed and counted:
-    the ranking call and the consistency re-check are told apart by their rows afterwards."""
+    """Wrap the ranker's query-time call on the instance, so every call the engine makes is timed
+    and counted: ``score`` for a generative ranker, ``encode_queries`` for an embedding ranker
+    (LRanker: the engine then scans the N x 20 inner products, well under a millisecond, which only
+    the engine's per_query_ms column includes). The ranking call and the consistency re-check are
+    told apart by their rows afterwards."""
     log: list[ScoreCall] = []
-    inner = ranker.score
+    method = "score" if callable(getattr(ranker, "score", None)) else "encode_queries"
+    inner = getattr(ranker, method)
 
-    def score(queries: Any, candidates: Any) -> Any:
+    def timed(queries: Any, *rest: Any) -> Any:
         before = gen_counts(ranker)
         t0 = time.perf_counter()
-        out = inner(queries, candidates)
+        out = inner(queries, *rest)
         seconds = time.perf_counter() - t0
         after = gen_counts(ranker)
         log.append(ScoreCall(len(queries), seconds, {k: after[k] - before[k] for k in COUNTERS}))
         return out
 
-    ranker.score = score
+    setattr(ranker, method, timed)
     return log
 
 
@@ -160,7 +165,7 @@ def measure(key: str, args, console) -> dict:
     if callable(close):
         close()
     sets = "" if key == "lranker" else " ".join(f"{k}={v}" for k, v in options.items() if k not in GENERATIVE)
-    return {"key": key, "ranker": name, "sets": sets, "paper": paper, "n": n, "ms": statistics.median(times),
+    return {"key": key, "ranker": name, "sets": sets, "load": os.getloadavg()[1], "paper": paper, "n": n, "ms": statistics.median(times),
             "runs": times, "engine_ms": statistics.median(engine_times), "warm_s": warm_s,
             "generative": key != "lranker", **per_q,
             "recheck_s": statistics.median(recheck_s), "recheck_calls": re_per_run["calls"],
@@ -188,19 +193,23 @@ def build_rows(rows: list[dict]) -> list[list[str]]:
             f"{r['ms'] / lr:,.0f}x" if lr else "n/a (lranker not measured)",
             f"{r['paper']}: {fmt_ms(paper)}" if paper else "-",
             f"{paper / PAPER_MS['LRanker']:,.0f}x" if paper else "-",
+            f"{r['load']:.2f}",
         ])
     return out
 
 
 COLS = ["ranker (options)", "queries", "ms/query (median)", "runs (ms/query)", "model calls/query",
         "tokens in/query", "tokens out/query", "engine re-check per run (apart)", "engine per_query_ms (with re-check)",
-        "vs LRanker (here)", "paper ms/query", "paper vs LRanker"]
+        "vs LRanker (here)", "paper ms/query", "paper vs LRanker", "load avg (5 min) at end"]
 
 
 def write(rows: list[dict], args, head: str) -> str:
+    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
     lines = ["# Generative rankers vs LRanker: per-query latency on rec-music (20 candidates)", "", head, "",
+             machine_line(), "",
              f"Median of {args.repeats} timed run(s) after a 1-query warm-up, per ranker, one process; "
-             "ms/query = the time of the `ranker.score` call that ranks the N lists of `rbench.evaluate`, / N "
+             "ms/query = the time of the `ranker.score` call (LRanker: `encode_queries`) that ranks the N lists of `rbench.evaluate`, / N "
              "(every model call of a query; LRanker: query encoding plus scan, pool encoded beforehand). "
              "The engine's consistency re-check (one query's half list scored again, for rankers whose "
              "scores do not depend on the list: pointwise-llm, LRanker) is counted apart, per run, and "
