@@ -1,6 +1,6 @@
 """What the engine's consistency check costs (issue 28: under 2% of evaluation time).
 
-``rbench.engine.evaluate.evaluate(..., verify=True)`` scores a ranker's own ``score()`` over whole rows and
+``rbench.engine.scan.scan(..., verify=True)`` scores a ranker's own ``score()`` over whole rows and
 then re-scores about one query in a hundred of each batch on a shuffled, label-independent sample
 of its candidates (``engine._verify``); the scores must be identical. ``verify=False`` skips the
 check. This benchmark times both on the same fitted ranker, in the same process:
@@ -152,12 +152,12 @@ def self_test(ranker: VectorScoreRanker, queries: Any, n_pool: int) -> int:
 def ab(ranker: Any, queries: Any, pool: Any, rounds: int, topk: int) -> dict:
     """verify=True vs verify=False on one ranker: a warm-up each way, then ``rounds`` rounds,
     each timing both back to back, alternating which runs first."""
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     def run(verify: bool) -> tuple[Any, float]:
         time.sleep(_SETTLE_S)
         t0 = time.perf_counter()
-        res = evaluate(ranker, queries, pool, topk=topk, verify=verify)
+        res = scan(ranker, queries, pool, topk=topk, verify=verify)
         return res, time.perf_counter() - t0
 
     warm = {v: run(v)[0] for v in (True, False)}  # warm-up (numba's compile or cache load, pages)
@@ -196,7 +196,7 @@ def breakdown(ranker: Any, queries: Any, pool: Any, topk: int) -> dict:
     checks (batches) and queries it re-scored, and how much of ``verify_s`` the ranker's own
     ``score()`` took inside ``_verify`` (the rest is the engine's: sampling, ``take``, the
     label-free view, the comparison). Instruments by wrapping, never by copying engine code."""
-    from rbench.engine import evaluate as engine
+    from rbench.engine import scan as engine
 
     state = {"inside": False, "score_s": 0.0, "calls": 0, "queries": 0, "candidates": 0}
     orig_verify, orig_score = engine._verify, ranker.score
@@ -222,7 +222,7 @@ def breakdown(ranker: Any, queries: Any, pool: Any, topk: int) -> dict:
     ranker.score, engine._verify = score, verify  # (an instance attribute: the scorer looks it up per call)
     try:
         time.sleep(_SETTLE_S)
-        res = engine.evaluate(ranker, queries, pool, topk=topk, verify=True)
+        res = engine.scan(ranker, queries, pool, topk=topk, verify=True)
     finally:
         engine._verify = orig_verify
         del ranker.score
@@ -270,7 +270,7 @@ def synthetic_rows(n_q: int, n_pool: int, dim: int, rounds: int, topk: int) -> t
 
 
 COLS = ("row", "score_s on (median)", "score_s off (median)", "on / off (paired median)", "its quartiles",
-        "verify_s (median)", "verify_s / score_s (median; goal < 2%)", "max", "verify_s / evaluate wall",
+        "verify_s (median)", "verify_s / score_s (median; goal < 2%)", "max", "verify_s / scan wall",
         "same ranks", "goal")
 
 
@@ -326,7 +326,7 @@ def main() -> None:
         syn, compared = synthetic_rows(args.queries, args.candidates, args.dim, args.rounds, args.topk)
         rows += syn
 
-    title = (f"Consistency check cost: evaluate(verify=True) vs verify=False, topk={args.topk}, medians of "
+    title = (f"Consistency check cost: scan(verify=True) vs verify=False, topk={args.topk}, medians of "
              f"{args.rounds} alternating rounds after a warm-up")
     t = Table(title=title)
     for c in COLS:
@@ -367,12 +367,12 @@ def main() -> None:
     from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
 
     header = ["# Consistency check cost", "", machine_line(), "",
-              "`evaluate(..., verify=True)` against `verify=False` on the same fitted ranker "
+              "`scan(..., verify=True)` against `verify=False` on the same fitted ranker "
               "(benchmarks/consistency_cost.py; goal, issue 28: the check's share of evaluation time "
               "< 2%). Columns: *score_s* is `EvalResult.timings['score_s']` (the scoring loop, check "
               "included); *on / off* the median of each round's ratio; *verify_s / score_s* the check's "
               "own time (`timings['verify_s']`) over score_s in the verify=True runs, median (and max) "
-              "over rounds; *verify_s / evaluate wall* the same over the whole `evaluate` call (index "
+              "over rounds; *verify_s / scan wall* the same over the whole `scan` call (index "
               "and warm-up included). EmbeddingRankers are scored by the engine's own GEMM and never "
               "checked.", "", ""]
     earlier = ""

@@ -60,7 +60,7 @@ try:
     import numba; print("numba", numba.__version__)
 except ImportError as exc:
     print("numba missing:", exc)
-import rbench.engine.evaluate, rbench.engine.torch_scan; print("rbench", rbench.__version__, "imports")
+import rbench.engine.scan, rbench.engine.torch_scan; print("rbench", rbench.__version__, "imports")
 '
 case "${1:-}" in
   certified|lranker|issue44)

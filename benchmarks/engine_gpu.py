@@ -1,7 +1,7 @@
 """The torch evaluation path (``rbench.engine.torch_scan``) against the CPU engine.
 
 For each size (queries x candidates x d, synthetic standard-normal vectors, one positive a
-query, a top-``--k``), in one process: the CPU engine (``evaluate`` with the dense scorer, its
+query, a top-``--k``), in one process: the CPU engine (``scan`` with the dense scorer, its
 numba GEMM and fused scan), the torch path on the CPU, and, when CUDA is available, the torch
 path on the GPU in fp32, tf32 and bf16. Each setting is run once untimed (warm-up: numba's
 compile, CUDA's context and cuBLAS handles) and then ``--repeats`` times; the table gives the
@@ -35,10 +35,8 @@ GPU_SIZES = "1000x100000x128,1000x1000000x128,1000x100000x1024,1000x1000000x1024
 
 
 def _vector_scorer():
-    try:  # (the dense scorers are moving from rbench.engine.evaluate to rbench.engine.scorers)
-        from rbench.engine.scorers import vector_scorer
-    except ImportError:
-        from rbench.engine.evaluate import vector_scorer
+    from rbench.engine.scorers import vector_scorer
+
     return vector_scorer
 
 
@@ -111,24 +109,24 @@ def gemm_peak(precision: str) -> float:
 
 
 def measure(n_q: int, n_pool: int, dim: int, args, cuda: bool, progress) -> list[dict]:
-    from rbench.engine.evaluate import evaluate
-    from rbench.engine.torch_scan import evaluate_dense_torch
+    from rbench.engine.scan import scan
+    from rbench.engine.torch_scan import scan_dense_torch
 
     emb, qv, pool, queries = _setup(n_q, n_pool, dim)
     vector_scorer = _vector_scorer()
     size = f"{n_q:,} x {n_pool:,}, d = {dim}"
 
     def engine():
-        return evaluate(None, queries, pool, scorer=vector_scorer(emb, qv, queries, pool_checked=True),
-                        topk=args.k, batch_size=args.batch_size, chunk_size=args.chunk_size)
+        return scan(None, queries, pool, scorer=vector_scorer(emb, qv, queries, pool_checked=True),
+                    topk=args.k, batch_size=args.batch_size, chunk_size=args.chunk_size)
 
     settings = [("CPU engine (numba)", engine)]
     if n_q * n_pool * dim <= args.torch_cpu_max:
-        settings.append(("torch CPU fp32", lambda: evaluate_dense_torch(
+        settings.append(("torch CPU fp32", lambda: scan_dense_torch(
             emb, qv, queries, topk=args.k, device="cpu", batch_size=args.batch_size, chunk_size=args.chunk_size)))
     if cuda:
         for precision in ("fp32", "tf32", "bf16"):
-            settings.append((f"torch CUDA {precision}", lambda p=precision: evaluate_dense_torch(
+            settings.append((f"torch CUDA {precision}", lambda p=precision: scan_dense_torch(
                 emb, qv, queries, topk=args.k, device="cuda", precision=p, batch_size=args.gpu_batch_size,
                 chunk_size=args.chunk_size)))
     rows, ref = [], None

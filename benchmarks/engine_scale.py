@@ -103,7 +103,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
     import faiss
     import torch  # noqa: F401  (the engine uses torch.topk when torch is loaded, as dense rankers do)
 
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
@@ -141,7 +141,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
     def evaluate_with(env_key: str, value: str):
         os.environ[env_key] = value
         try:
-            return evaluate(stub, queries, pool, batch_size=1024)
+            return scan(stub, queries, pool, batch_size=1024)
         finally:
             os.environ.pop(env_key)
 
@@ -151,7 +151,7 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
     def numpy_passes():  # the numpy passes (the fused scan's reference)
         return evaluate_with("RBENCH_FUSED", "0")
 
-    evaluate(stub, queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
+    scan(stub, queries, pool, batch_size=1024)  # warm-up (numba's compile or cache load)
     out = np.zeros(1024 * min(65536, n_pool), dtype=np.float32)  # the bare GEMMs' output, its pages touched
     same = True
     for _ in range(repeats):
@@ -159,12 +159,12 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
             first_gemm = p % 2 == 0
             if first_gemm:
                 timed("gemm", lambda: _bare_gemm(q, emb, 1024, 65536, out))
-            res = timed("rbench", lambda: evaluate(stub, queries, pool, batch_size=1024))
+            res = timed("rbench", lambda: scan(stub, queries, pool, batch_size=1024))
             if not first_gemm:
                 timed("gemm", lambda: _bare_gemm(q, emb, 1024, 65536, out))
         if own:
             timed("own", lambda: _own_gemm(q, emb, 1024, 65536, out))
-        timed("top0", lambda: evaluate(stub, queries, pool, batch_size=1024, topk=0))
+        timed("top0", lambda: scan(stub, queries, pool, batch_size=1024, topk=0))
         top_faiss = timed("faiss", faiss_top100)
         if own:
             timed("blas", blas_then_scan)
@@ -192,21 +192,21 @@ def part1(n_q: int, n_pool: int, dim: int, repeats: int = 9, pairs: int = 3) -> 
 
 
 def _child(n_pool: int, n_q: int, dim: int, path: str) -> None:
-    """Runs in a subprocess: evaluate against a memory-mapped pool, report time and peak RSS."""
+    """Runs in a subprocess: scan against a memory-mapped pool, report time and peak RSS."""
     import resource
 
     import torch  # noqa: F401
 
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     emb = np.load(path, mmap_mode="r")
     q = np.random.default_rng(0).standard_normal((n_q, dim), dtype=np.float32)
     small = np.ascontiguousarray(emb[:4096])  # warm-up: loads (or compiles) the kernels untimed
     small_pool, small_queries = _setup(len(small), 4, small)
-    evaluate(_Stub(small, q[:4]), small_queries, small_pool, batch_size=4, chunk_size=262144)
+    scan(_Stub(small, q[:4]), small_queries, small_pool, batch_size=4, chunk_size=262144)
     pool, queries = _setup(n_pool, n_q, emb)
     t = time.perf_counter()
-    evaluate(_Stub(emb, q), queries, pool, batch_size=min(256, n_q), chunk_size=262144)
+    scan(_Stub(emb, q), queries, pool, batch_size=min(256, n_q), chunk_size=262144)
     dt = time.perf_counter() - t
     print(json.dumps({"seconds": dt, "peak_rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024}))
 

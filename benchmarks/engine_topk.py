@@ -31,7 +31,7 @@ from benchmarks.engine_scale import _setup, _Stub  # noqa: E402
 
 
 def measure(n_pool: int, n_q: int, dim: int, repeats: int, k: int, batch_size: int) -> dict:
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     rng = np.random.default_rng(0)
     emb = rng.standard_normal((n_pool, dim), dtype=np.float32)
@@ -42,7 +42,7 @@ def measure(n_pool: int, n_q: int, dim: int, repeats: int, k: int, batch_size: i
     for i in range(repeats + 1):  # the first round warms up (thread pools, first-touch pages): not timed
         for topk in (k, 0):
             t = time.perf_counter()
-            res = evaluate(_Stub(emb, q), queries, pool, batch_size=batch_size, topk=topk)
+            res = scan(_Stub(emb, q), queries, pool, batch_size=batch_size, topk=topk)
             if i:
                 times[topk].append(time.perf_counter() - t)
             ranks[topk] = res.ranks.values

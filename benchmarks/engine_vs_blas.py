@@ -36,7 +36,7 @@ import numpy as np  # noqa: E402
 from benchmarks.engine_scale import _setup, _Stub  # noqa: E402
 from benchmarks.machine import machine_line  # noqa: E402
 
-BATCH = 1024  # the engine's query batch (evaluate's batch_size here)
+BATCH = 1024  # the engine's query batch (scan's batch_size here)
 _SETTLE_S = 0.3  # OpenMP / OpenBLAS threads spin for a while after a call: pause before each timing
 
 
@@ -117,7 +117,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
     """One configuration: every contender timed once a round (order rotating), medians."""
     import torch
 
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     _set_threads(threads)
     q, emb = arrays(n_q, n_pool, dim)
@@ -137,7 +137,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
         os.environ["RBENCH_GEMM"] = mode
         try:
             t0 = time.perf_counter()
-            res = evaluate(stub, queries, pool, batch_size=BATCH, topk=topk)
+            res = scan(stub, queries, pool, batch_size=BATCH, topk=topk)
             return time.perf_counter() - t0, res
         finally:
             os.environ.pop("RBENCH_GEMM")

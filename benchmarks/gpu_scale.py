@@ -8,7 +8,7 @@ Random fp32 vectors (the cost does not depend on the values) with ``--twins`` po
 from positives (exact ties a low-precision scan must certify), one positive per query, top-100,
 exact pessimistic ranks; the pool lives in host memory (28 GB at full size) and streams to the
 device chunk by chunk. Each precision of ``--precisions`` is timed as one whole
-``evaluate_dense_torch`` call (host reads, transfers, GEMMs, counts, top-k, the certified
+``scan_dense_torch`` call (host reads, transfers, GEMMs, counts, top-k, the certified
 re-scoring), after a warm-up on a small slice. Then, on ``--check-queries`` sampled queries, the
 CPU engine over the fp32 reference scores (``torch_scan.reference_scorer``, computed on the
 device) is the judge: every certified precision must give its ranks, counts, top-k indices and
@@ -68,7 +68,7 @@ def timed(emb: np.ndarray, qv: np.ndarray, queries: Any, precision: str, args: a
     import torch
 
     from rbench.api import Queries, Ragged
-    from rbench.engine.torch_scan import evaluate_dense_torch
+    from rbench.engine.torch_scan import scan_dense_torch
 
     kw = dict(topk=100, chunk_size=args.chunk_size, batch_size=args.batch_size, device=args.device,
               precision=precision)
@@ -77,13 +77,13 @@ def timed(emb: np.ndarray, qv: np.ndarray, queries: Any, precision: str, args: a
     warm = Queries(ids=queries.ids[:n_warm], texts=[""] * n_warm,
                    positives=Ragged(w_offs, np.random.default_rng(1).integers(0, warm_pool, n_warm)),
                    grades=Ragged(w_offs.copy(), np.ones(n_warm)))
-    evaluate_dense_torch(emb[:warm_pool], qv[:n_warm], warm, **kw)
+    scan_dense_torch(emb[:warm_pool], qv[:n_warm], warm, **kw)
     cuda = args.device == "cuda"
     if cuda:
         torch.cuda.synchronize()
         torch.cuda.reset_peak_memory_stats()
     t0 = time.perf_counter()
-    res = evaluate_dense_torch(emb, qv, queries, **kw)
+    res = scan_dense_torch(emb, qv, queries, **kw)
     wall = time.perf_counter() - t0
     return res, wall, torch.cuda.max_memory_allocated() / 2**30 if cuda else float("nan")
 
@@ -92,15 +92,15 @@ def reference_check(emb: np.ndarray, qv: np.ndarray, queries: Any, results: dict
                     args: argparse.Namespace) -> tuple[dict[str, tuple[int, int]], float]:
     """{precision: (sampled queries whose ranks, counts or top-k indices differ from the fp32
     reference, those whose top-k scores differ)}."""
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
     from rbench.engine.torch_scan import reference_scorer
     from tests.helpers import make_pool
 
     rows = np.sort(np.random.default_rng(2).choice(len(qv), min(args.check_queries, len(qv)), replace=False))
     sample = queries.take(rows)
     t0 = time.perf_counter()
-    ref = evaluate(None, sample, make_pool(len(emb)), scorer=reference_scorer(emb, qv[rows], sample, args.device),
-                   topk=100, batch_size=len(rows), chunk_size=65_536)
+    ref = scan(None, sample, make_pool(len(emb)), scorer=reference_scorer(emb, qv[rows], sample, args.device),
+               topk=100, batch_size=len(rows), chunk_size=65_536)
     ref_s = time.perf_counter() - t0
     diff = {}
     for name, res in results.items():

@@ -84,7 +84,7 @@ def parts_per_query(trace: list[dict]) -> float:
 
 
 def run_setting(ranker, queries, pool, vec, k: int, d: int, counter: Counter, cache: bool) -> dict:
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
     from rbench_rankers.lranker.ranker import fixed_scorer
 
     ranker.cfg.tts_prefix_cache = cache
@@ -93,7 +93,7 @@ def run_setting(ranker, queries, pool, vec, k: int, d: int, counter: Counter, ca
     t0 = time.perf_counter()
     Q = ranker.encode(queries, pool, vec, k, d)
     t1 = time.perf_counter()
-    evaluate(ranker, queries, pool, scorer=fixed_scorer(Q, queries, vec))
+    scan(ranker, queries, pool, scorer=fixed_scorer(Q, queries, vec))
     t2 = time.perf_counter()
     n = len(queries)
     return {"enc": 1000 * (t1 - t0) / n, "score": 1000 * (t2 - t1) / n, "rows": counter.rows / n,

@@ -22,7 +22,7 @@ process + children):
 3. the real training loop (``train.train``) for a few steps: data-wait share with the tiny model;
 4. width/depth selection (``ranker.select``) on ``--queries`` validation queries over the paper's
    grid (widths 1-10, depths 0-5), split into backbone passes (``_encode_rows``), K-means,
-   evaluation (``rbench.plugin.evaluate``) and the rest;
+   evaluation (``rbench.plugin.scan``) and the rest;
 5. Rec-Clothing at full size, components only: one partition's K-means (6.8M / M items, random
    vectors of ``--full-dim`` dimensions, default Qwen3-0.6B's 1024) and one partition draw over the
    full pool.
@@ -316,8 +316,8 @@ def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], de
     ranker._agg = TimedAggregator(agg, timer, "K-means", per_set)
     ranker._encode_rows = timer.wrap(FORWARD, stand_in_forward(ranker, data, seed) if stand_in
                                      else ranker._encode_rows)
-    evaluate = plugin.evaluate
-    plugin.evaluate = timer.wrap("evaluate (engine ranking + metrics)", evaluate)
+    scan = plugin.scan
+    plugin.scan = timer.wrap("evaluate (engine ranking + metrics)", scan)
     valid = data.valid
     if 0 < n_queries < len(valid):
         valid = valid.take(np.sort(np.random.default_rng(seed).choice(len(valid), n_queries, replace=False)))
@@ -329,7 +329,7 @@ def tts_selection(ranker, data, n_queries: int, seed: int, widths: list[int], de
         sel = ranker.select(data, valid, widths, depths)
         total, cpu = time.perf_counter() - t0, time.process_time() - c0
     finally:
-        plugin.evaluate = evaluate
+        plugin.scan = scan
         ranker._agg = agg
         del ranker._encode_rows
     n = len(valid)

@@ -40,8 +40,8 @@ def worker(epochs: int) -> dict:
     import torch
 
     from rbench.api import RunContext
-    from rbench.engine.evaluate import evaluate
     from rbench.engine.metrics import MEASURES, aggregate, per_query
+    from rbench.engine.scan import scan
     from rbench.tasks.registry import load_task
     from rbench_rankers.recbole import SASRecOptions, SASRecRanker
 
@@ -53,7 +53,7 @@ def worker(epochs: int) -> dict:
     r.fit(task)
     fit_s = time.perf_counter() - t0
     t0 = time.perf_counter()
-    res = evaluate(r, task.test, task.pool)
+    res = scan(r, task.test, task.pool)
     score_s = time.perf_counter() - t0
     m = aggregate(per_query(res.ranks, task.test.grades, MEASURES))
     return {"epochs": r.info["epochs_run"], "train_s": r.info["train_s"], "s_per_epoch": r.info["s_per_epoch"],

@@ -606,7 +606,7 @@ class BaseRanker:
     Config: ClassVar[type] = NoOptions
     domains: ClassVar[tuple[str, ...]] = DOMAINS
     transfers: ClassVar[bool] = False
-    # the engine's contract on scores (rbench.engine.evaluate.evaluate): ``set_dependent`` rankers (listwise,
+    # the engine's contract on scores (rbench.engine.scan.scan): ``set_dependent`` rankers (listwise,
     # pairwise, a softmax over the call) get each query's whole list in one call; the others'
     # scores of one pair must agree between calls within ``score_tolerance`` (relative; 0: bit for bit)
     set_dependent: ClassVar[bool] = False

@@ -192,14 +192,14 @@ class Server:
 
 
 def fused_and_reference(monkeypatch, *args, **kw):
-    """``evaluate(*args, **kw)`` through the engine's numpy passes (``RBENCH_FUSED=0``, the
+    """``scan(*args, **kw)`` through the engine's numpy passes (``RBENCH_FUSED=0``, the
     reference) and through the fused kernels: (reference, fused)."""
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     monkeypatch.setenv("RBENCH_FUSED", "0")
-    ref = evaluate(*args, **kw)
+    ref = scan(*args, **kw)
     monkeypatch.setenv("RBENCH_FUSED", "1")
-    return ref, evaluate(*args, **kw)
+    return ref, scan(*args, **kw)
 
 
 def assert_same_eval(ref, got) -> None:
@@ -212,9 +212,9 @@ def assert_same_eval(ref, got) -> None:
 def assert_shards_merge(monkeypatch, ranker, queries, pool, ranges, **kw) -> None:
     """Each shard (pool_range) gives the same result fused and through the numpy passes, and the
     shards merge into the whole scan's ranks and top-k."""
-    from rbench.engine.evaluate import evaluate, merge
+    from rbench.engine.scan import merge, scan
 
-    whole = evaluate(ranker, queries, pool, **kw)
+    whole = scan(ranker, queries, pool, **kw)
     parts = []
     for pool_range in ranges:
         ref, got = fused_and_reference(monkeypatch, ranker, queries, pool, pool_range=pool_range, **kw)

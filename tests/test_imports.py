@@ -230,8 +230,20 @@ def test_the_ranker_plugins_import_only_the_contract_and_the_toolkit():
 def test_the_plugin_check_sees_an_internal_import(tmp_path):
     known = set(module_files())
     path = tmp_path / "sneaky.py"
-    path.write_text("def f():\n    from rbench.engine.evaluate import evaluate\n    from rbench import plugin, evaluate\n")
-    assert rbench_imports(path, known) == {"rbench.engine.evaluate", "rbench.plugin", "rbench"}
+    path.write_text("def f():\n    from rbench.engine.scan import scan\n    from rbench import plugin, evaluate\n")
+    assert rbench_imports(path, known) == {"rbench.engine.scan", "rbench.plugin", "rbench"}
+
+
+def test_the_plugin_toolkit_keeps_its_old_evaluate_name_as_a_deprecated_alias_of_scan():
+    """A third-party plugin written against ``rbench.plugin.evaluate`` (renamed ``scan``, issue 43)
+    keeps running and is told the new name; the old name is no public name any more."""
+    import rbench.plugin as plugin
+
+    with pytest.warns(DeprecationWarning, match=r"rbench\.plugin\.scan"):
+        assert plugin.evaluate is plugin.scan
+    assert "scan" in plugin.__all__ and "evaluate" not in plugin.__all__
+    with pytest.raises(AttributeError):
+        plugin.no_such_name  # noqa: B018
 
 
 def test_no_task_module_is_found_by_a_string():

@@ -351,7 +351,7 @@ class LRankerRanker(BaseRanker):
         once (seeded, the same at every validation, so the curve compares like with like) and
         ranks each query's positives among them (its history left out). That is a sampled metric:
         it only chooses the checkpoint; every reported number is the exact full-pool test."""
-        from rbench.plugin import MEASURES, aggregate, evaluate, per_query
+        from rbench.plugin import MEASURES, aggregate, per_query, scan
 
         valid = task.valid
         if valid is None or len(valid) == 0:
@@ -376,7 +376,7 @@ class LRankerRanker(BaseRanker):
         def validate() -> float:
             vec = self._current_vectors(pool)
             E0 = self.direct(valid, pool, vec)
-            res = evaluate(self, valid, pool, scorer=fixed_scorer(E0, valid, vec), topk=0)  # ranks only
+            res = scan(self, valid, pool, scorer=fixed_scorer(E0, valid, vec), topk=0)  # ranks only
             return float(aggregate(per_query(res.ranks, valid.grades, MEASURES))["RR"])
 
         return validate
@@ -592,7 +592,7 @@ class LRankerRanker(BaseRanker):
     def select(self, task: TaskData, valid: Queries, widths: list[int], depths: list[int]) -> dict[str, Any]:
         """Width/depth on ``valid`` by per-query ``select_metric``: the cheapest setting unless a
         costlier one is significantly better (``scaling.select_width_depth``)."""
-        from rbench.plugin import MEASURES, evaluate, per_query
+        from rbench.plugin import MEASURES, per_query, scan
 
         from .prefix import sessions_for
         from .scaling import select_width_depth
@@ -602,7 +602,7 @@ class LRankerRanker(BaseRanker):
         t0 = time.perf_counter()
 
         def metrics(Q: np.ndarray) -> dict[str, np.ndarray]:  # ranks only: no top-k list is kept
-            res = evaluate(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors), topk=0)
+            res = scan(self, valid, pool, scorer=fixed_scorer(Q, valid, vectors), topk=0)
             return per_query(res.ranks, valid.grades, MEASURES)
 
         self._log(f"choosing width/depth on {len(valid)} validation queries: widths {widths}, depths {depths}")

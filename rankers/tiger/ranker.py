@@ -330,10 +330,10 @@ class TigerRanker(BaseRanker):
         atomic_write_text(run_dir / "meta.json", json.dumps(meta, default=str))
 
     def _valid_mrr(self, valid: Queries, pool: Pool) -> float:
-        from rbench.plugin import evaluate, ranker_scorer
+        from rbench.plugin import ranker_scorer, scan
 
         self._set_pool(pool, self._fit_tokens)
-        res = evaluate(self, valid, pool, scorer=ranker_scorer(self), topk=0)
+        res = scan(self, valid, pool, scorer=ranker_scorer(self), topk=0)
         if len(valid) == 0:
             return 0.0
         best = np.minimum.reduceat(res.ranks.values, res.ranks.offsets[:-1])  # each query's best positive

@@ -50,7 +50,7 @@ def build_index(emb: np.ndarray, backend: str, seed: int = DEFAULT_SEED) -> Any:
 
 def exact_topk(emb: np.ndarray, query_vectors: np.ndarray, k: int, chunk: int = 65536) -> np.ndarray:
     """Brute-force top-k by inner product (the reference the index is measured against)."""
-    from rbench.engine.evaluate import _topk_rows
+    from rbench.engine.scan import _topk_rows
 
     q = np.ascontiguousarray(query_vectors, dtype=np.float32)
     best_i = np.full((len(q), 0), -1, dtype=np.int64)

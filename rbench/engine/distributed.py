@@ -18,7 +18,7 @@ path), so the driver never holds them.
 
 Exact sharded scoring: each task scans a disjoint row range of the candidate matrix but scores
 every query's positives itself, and returns per positive how many of *its* candidates score
-higher / tie plus its top-k; ``rbench.engine.evaluate.merge`` sums and merges them. Task ranges sit on the
+higher / tie plus its top-k; ``rbench.engine.scan.merge`` sums and merges them. Task ranges sit on the
 engine's chunk grid, so every GEMM a task runs is the one the single process runs for the same
 candidates: the scores, hence ranks, ties, top-k and metrics, are bit-identical (tested on a
 2-CPU local cluster).
@@ -35,7 +35,7 @@ import numpy as np
 from rbench.api import Pool, Queries
 from rbench.core.settings import DEFAULTS
 from rbench.engine.embeddings import _bar
-from rbench.engine.evaluate import EvalResult, evaluate, merge
+from rbench.engine.scan import EvalResult, merge, scan
 from rbench.engine.scorers import vector_scorer
 from rbench.engine.sharded import ShardedArray, finish, open_matrix, shard_path, write_shard
 
@@ -86,8 +86,8 @@ def score_shard(matrix: str | Path | Any, query_vectors: np.ndarray, queries: Qu
     pool = Pool(ids=np.arange(n).astype(str).astype(object), texts=_Sized(n), name="shard")
     # no whole-matrix finiteness scan per shard: the engine checks this shard's scores instead
     scorer = vector_scorer(emb, query_vectors, queries, "shard")
-    return evaluate(None, queries, pool, topk=topk, batch_size=batch_size, chunk_size=chunk_size,
-                    pool_range=pool_range, scorer=scorer)
+    return scan(None, queries, pool, topk=topk, batch_size=batch_size, chunk_size=chunk_size,
+                pool_range=pool_range, scorer=scorer)
 
 
 def shard_bounds(n: int, n_shards: int, align: int = 1) -> list[tuple[int, int]]:
@@ -97,12 +97,12 @@ def shard_bounds(n: int, n_shards: int, align: int = 1) -> list[tuple[int, int]]
     return [(int(a), int(b)) for a, b in zip(edges[:-1], edges[1:]) if b > a]
 
 
-def evaluate_sharded(matrix: str | Path, query_vectors: np.ndarray, queries: Queries, n_shards: int,
-                     topk: int = DEFAULTS.topk, batch_size: int = DEFAULTS.batch_size,
-                     chunk_size: int = DEFAULTS.chunk_size,
-                     **ray_init: Any) -> EvalResult:
+def scan_sharded(matrix: str | Path, query_vectors: np.ndarray, queries: Queries, n_shards: int,
+                 topk: int = DEFAULTS.topk, batch_size: int = DEFAULTS.batch_size,
+                 chunk_size: int = DEFAULTS.chunk_size,
+                 **ray_init: Any) -> EvalResult:
     """Score ``queries`` against the candidate matrix in ``n_shards`` Ray tasks; the result equals
-    ``evaluate`` over the whole matrix with the same ``batch_size`` and ``chunk_size``."""
+    ``scan`` over the whole matrix with the same ``batch_size`` and ``chunk_size``."""
     import ray
 
     _init(ray, ray_init)

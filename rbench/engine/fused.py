@@ -12,7 +12,7 @@ two are fused (``gemm_scan``): each block of 48 query rows is multiplied and sca
 scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never written to memory and
 read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
 
-It is an accelerator, not a second definition: ``rbench.engine.evaluate`` keeps its numpy passes as the
+It is an accelerator, not a second definition: ``rbench.engine.scan`` keeps its numpy passes as the
 reference (``RBENCH_FUSED=0`` selects them; ``tests/engine/test_fused.py`` checks both give identical
 results, ties and exclusions included), and falls back to them where numba is not installed.
 

@@ -59,7 +59,7 @@ from rbench.core.errors import DataError
 from rbench.core.inputs import iter_text_lines
 
 if TYPE_CHECKING:
-    from rbench.engine.evaluate import EvalResult
+    from rbench.engine.scan import EvalResult
 
 RUN_LINE_BYTES = 1 << 20  # a run line is 'qid Q0 docid rank score tag': a longer one is not a run file's
 TREC_ID_RULE = "an id in a TREC run or qrels line is non-empty, without spaces, tabs or line breaks"

@@ -91,7 +91,7 @@ def encode_pool(ranker: Any, pool: Pool) -> Any:
 def encode_queries(ranker: Any, queries: Queries, dim: int, batch_size: int = DEFAULTS.batch_size,
                    progress: Callable[[int], None] | None = None) -> np.ndarray:
     """The ranker's query vectors for every query, (n_queries, dim) float32, encoded in the
-    engine's batches (so they equal what ``evaluate`` encodes batch by batch) and checked."""
+    engine's batches (so they equal what ``scan`` encodes batch by batch) and checked."""
     out = np.empty((len(queries), dim), dtype=np.float32)
     for rows, batch in queries.batches(batch_size):
         out[rows] = checked_query_vectors(ranker.encode_queries(batch.unlabelled()), batch, dim, ranker.name)

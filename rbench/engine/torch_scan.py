@@ -1,6 +1,6 @@
 """Inner-product evaluation on a torch device (CUDA; the CPU as its tested twin).
 
-``evaluate_dense_torch`` does what ``rbench.engine.evaluate.evaluate`` does for a dense scorer
+``scan_dense_torch`` does what ``rbench.engine.scan.scan`` does for a dense scorer
 (``vector_scorer``): every positive's exact pessimistic rank, the number of ranked candidates and
 a top-k, for a shared pool (every query ranks the whole pool minus its exclusions) or per-query
 candidate lists (``queries.candidates``), and returns an ``EvalResult`` that ``merge`` and
@@ -71,7 +71,7 @@ from rbench.api import Queries, Ragged
 from rbench.core.errors import RankerOutputError
 from rbench.core.settings import DEFAULTS, SCAN_PRECISIONS
 from rbench.engine import certified
-from rbench.engine.evaluate import EvalResult, validate_queries
+from rbench.engine.scan import EvalResult, validate_queries
 from rbench.engine.scorers import Scorer, checked_query_vectors
 
 PRECISIONS = SCAN_PRECISIONS  # fp32, tf32, bf16 and their certified forms (rbench.engine.certified)
@@ -88,7 +88,7 @@ class _Sized:
         return self.n
 
 
-def evaluate_dense_torch(
+def scan_dense_torch(
     pool_vectors: Any,
     query_vectors: Any,
     queries: Queries,

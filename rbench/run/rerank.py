@@ -58,8 +58,8 @@ from rbench.core.errors import DataError, RBenchError, unknown
 from rbench.core.hashing import short_hash
 from rbench.core.inputs import require_regular
 from rbench.core.settings import DEFAULTS
-from rbench.engine.evaluate import EvalResult, evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.scan import EvalResult, scan
 from rbench.engine.scorers import make_scorer
 from rbench.results.paired import p_value
 from rbench.run.strategies import Job, Scan, Scored, Strategy, exhaustive
@@ -321,8 +321,8 @@ def rank_lists(ranker: Any, scorer: Any, test: Queries, pool: Pool, lists: Ragge
             where.append(test.positives.offsets[i] + np.flatnonzero(inside))
         sub = dataclasses.replace(test.take(rows), positives=Ragged.from_rows(pos_rows),
                                   grades=Ragged.from_rows(grade_rows, dtype=np.float64), candidates=cand, exclude=None)
-        res = evaluate(ranker, sub, pool, batch_size=batch_size, chunk_size=chunk_size, topk=topk,
-                       scorer=scorer, progress=progress, unlabelled_rows=True)
+        res = scan(ranker, sub, pool, batch_size=batch_size, chunk_size=chunk_size, topk=topk,
+                   scorer=scorer, progress=progress, unlabelled_rows=True)
         flat = np.concatenate(where).astype(np.int64)
         ranks[flat] = res.ranks.values
         w = res.topk_index.shape[1]

@@ -36,9 +36,9 @@ from rbench.core.protocol import PROTOCOL_VERSION
 from rbench.core.settings import RunSettings
 from rbench.engine import fused
 from rbench.engine.ann import BACKENDS as ANN_BACKENDS
-from rbench.engine.evaluate import EvalResult, require_one_call
 from rbench.engine.metrics import per_query
 from rbench.engine.runfile import run_width
+from rbench.engine.scan import EvalResult, require_one_call
 from rbench.engine.scorers import is_embedding_ranker
 from rbench.rankers import build_ranker, needs_training, ranker_config, resolve_ranker
 from rbench.results.record import RunRecord, ensure_writable, peak_rss_bytes, read_record

@@ -27,7 +27,7 @@ import numpy as np
 from rbench.api import RunContext, TaskData
 from rbench.core.errors import RBenchError
 from rbench.core.settings import DEFAULT_SEED, RunSettings
-from rbench.engine.evaluate import EvalResult, evaluate
+from rbench.engine.scan import EvalResult, scan
 from rbench.engine.scorers import encode_pool, encode_queries, make_scorer, vector_scorer
 
 Progress = Callable[[str, int | None], Callable[[int], None]]
@@ -77,14 +77,14 @@ class Strategy(Protocol):
 
 @dataclass(frozen=True)
 class OwnScore:
-    """The engine scans the ranker through its own ``score`` (``rbench.engine.evaluate``)."""
+    """The engine scans the ranker through its own ``score`` (``rbench.engine.scan``)."""
 
     scan: Scan
 
     def score(self, ranker: Any, data: TaskData, job: Job) -> Scored:
         test = data.test
-        result = evaluate(ranker, test, data.pool, batch_size=self.scan.batch_size, chunk_size=self.scan.chunk_size,
-                          topk=job.topk, progress=job.progress(job.label(data), len(test)))
+        result = scan(ranker, test, data.pool, batch_size=self.scan.batch_size, chunk_size=self.scan.chunk_size,
+                      topk=job.topk, progress=job.progress(job.label(data), len(test)))
         return Scored(result)
 
 
@@ -139,9 +139,9 @@ class DenseCPU(Dense):
     def _scan(self, ranker: Any, emb: Any, qv: np.ndarray, data: TaskData, job: Job,
               tick: Callable[[int], None]) -> EvalResult:
         test = data.test
-        return evaluate(ranker, test, data.pool, batch_size=self.scan.batch_size, chunk_size=self.scan.chunk_size,
-                        topk=job.topk, progress=tick,
-                        scorer=vector_scorer(emb, qv, test, ranker.name, pool_checked=True))
+        return scan(ranker, test, data.pool, batch_size=self.scan.batch_size, chunk_size=self.scan.chunk_size,
+                    topk=job.topk, progress=tick,
+                    scorer=vector_scorer(emb, qv, test, ranker.name, pool_checked=True))
 
 
 @dataclass(frozen=True)
@@ -153,11 +153,11 @@ class DenseTorch(Dense):
 
     def _scan(self, ranker: Any, emb: Any, qv: np.ndarray, data: TaskData, job: Job,
               tick: Callable[[int], None]) -> EvalResult:
-        from rbench.engine.torch_scan import evaluate_dense_torch
+        from rbench.engine.torch_scan import scan_dense_torch
 
-        result = evaluate_dense_torch(emb, qv, data.test, topk=job.topk, chunk_size=self.scan.chunk_size,
-                                      batch_size=self.scan.batch_size, device=self.device,
-                                      precision=self.precision, name=ranker.name)
+        result = scan_dense_torch(emb, qv, data.test, topk=job.topk, chunk_size=self.scan.chunk_size,
+                                  batch_size=self.scan.batch_size, device=self.device,
+                                  precision=self.precision, name=ranker.name)
         tick(len(data.test))
         return result
 
@@ -179,7 +179,7 @@ class DenseRay(Dense):
         return result
 
 
-def _on_ray(emb: Any, qv: np.ndarray, test: Any, shards: int, scan: Scan, topk: int) -> EvalResult:
+def _on_ray(emb: Any, qv: np.ndarray, test: Any, shards: int, walk: Scan, topk: int) -> EvalResult:
     """The candidate matrix goes to the workers as a file (its own memory-mapped ``.npy`` or
     sharded directory; otherwise written once under RBENCH_HOME, which must be shared storage on a
     cluster), the query vectors as an array."""
@@ -187,7 +187,7 @@ def _on_ray(emb: Any, qv: np.ndarray, test: Any, shards: int, scan: Scan, topk: 
     from pathlib import Path
 
     from rbench.core import paths
-    from rbench.engine.distributed import evaluate_sharded
+    from rbench.engine.distributed import scan_sharded
     from rbench.engine.sharded import ShardedArray
 
     scratch = paths.harness_dir("ray")
@@ -205,8 +205,8 @@ def _on_ray(emb: Any, qv: np.ndarray, test: Any, shards: int, scan: Scan, topk: 
                 out[a : a + 262144] = np.asarray(emb[a : a + 262144], dtype=np.float32)
             out.flush()
             del out
-        return evaluate_sharded(source, qv, test, shards, topk=topk, batch_size=scan.batch_size,
-                                chunk_size=scan.chunk_size)
+        return scan_sharded(source, qv, test, shards, topk=topk, batch_size=walk.batch_size,
+                            chunk_size=walk.chunk_size)
 
 
 def single(settings: RunSettings, embedding: bool, name: str) -> Strategy:
@@ -258,12 +258,12 @@ def pair_budget_check(data: TaskData, job: Job, scorer: Any, budget: int, force:
     return pairs
 
 
-def exhaustive(ranker: Any, data: TaskData, job: Job, scan: Scan, budget: int, force: bool) -> tuple[EvalResult, int]:
+def exhaustive(ranker: Any, data: TaskData, job: Job, walk: Scan, budget: int, force: bool) -> tuple[EvalResult, int]:
     """``--rerank-depth all``: the ranker scores every pair (within the pair budget, or forced)."""
     scorer, timings = make_scorer(ranker, data.pool)
     pairs = pair_budget_check(data, job, scorer, budget, force)
-    result = evaluate(ranker, data.test, data.pool, batch_size=scan.batch_size, chunk_size=scan.chunk_size,
-                      topk=job.topk, scorer=scorer,
-                      progress=job.progress(f"{job.label(data)} (all pairs)", len(data.test)))
+    result = scan(ranker, data.test, data.pool, batch_size=walk.batch_size, chunk_size=walk.chunk_size,
+                  topk=job.topk, scorer=scorer,
+                  progress=job.progress(f"{job.label(data)} (all pairs)", len(data.test)))
     result.timings["index_s"] = timings.get("index_s", 0.0)
     return result, pairs

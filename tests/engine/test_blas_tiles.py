@@ -141,11 +141,11 @@ def test_a_gemm_beyond_the_bound_is_refused(monkeypatch):
     emb, q, queries = _near_ties(64, seed=5)
     monkeypatch.setattr(blas_tiles, "gemm", _adversarial(8.0))
     monkeypatch.setenv("RBENCH_FUSED", "1")
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     with pytest.raises(RBenchError, match="beyond the proven fp32 error bound"):
-        evaluate(None, queries, make_pool(len(emb)), scorer=vector_scorer(emb, q, queries, pool_checked=True),
-                 batch_size=37, topk=10)
+        scan(None, queries, make_pool(len(emb)), scorer=vector_scorer(emb, q, queries, pool_checked=True),
+             batch_size=37, topk=10)
 
 
 def test_bound_holds_for_fp64_rounded_scores():

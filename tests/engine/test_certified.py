@@ -15,7 +15,7 @@ import pytest
 
 from rbench.engine import certified
 from rbench.engine import torch_scan as ts
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
 from tests.engine.test_torch_scan import _data, _same
 from tests.helpers import make_pool, make_queries
 
@@ -25,13 +25,13 @@ CERT = ["bf16-certified", "tf32-certified"]
 
 def _reference(emb, qv, queries, topk, chunk_size=65536):
     """The CPU engine over the fp32 reference scores of every (query, candidate) pair."""
-    return evaluate(None, queries, make_pool(len(emb)), scorer=ts.reference_scorer(emb, qv, queries), topk=topk,
-                    batch_size=16, chunk_size=chunk_size)
+    return scan(None, queries, make_pool(len(emb)), scorer=ts.reference_scorer(emb, qv, queries), topk=topk,
+                batch_size=16, chunk_size=chunk_size)
 
 
 def _scan(emb, qv, queries, precision, **kw):
     kw.setdefault("device", "cpu")
-    return ts.evaluate_dense_torch(emb, qv, queries, precision=precision, **kw)
+    return ts.scan_dense_torch(emb, qv, queries, precision=precision, **kw)
 
 
 def _with_twins(rng, emb, n):

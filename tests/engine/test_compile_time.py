@@ -20,14 +20,14 @@ from rbench.audit import reproduce
 
 ROOT = Path(__file__).resolve().parents[2]
 
-# Run in a child: warm up with RBENCH_FUSED=0 (rbench's GEMM only), then with it on, then evaluate
+# Run in a child: warm up with RBENCH_FUSED=0 (rbench's GEMM only), then with it on, then scan
 # small synthetic tasks down every road that reaches a kernel, recording any signature that the
 # evaluations added to any numba dispatcher of the two kernel modules.
 _PROBE = r'''
 import json, os
 import numpy as np
 from numba.core.dispatcher import Dispatcher
-from rbench.engine import evaluate as engine
+from rbench.engine import scan as engine
 from rbench.engine import fused
 from tests.helpers import TableRanker, make_pool, make_queries
 
@@ -105,7 +105,7 @@ for fused_on in ("1", "0"):
     os.environ["RBENCH_FUSED"] = fused_on
     for label, ranker, queries, scorer in runs:
         for topk in (0, 100):
-            engine.evaluate(ranker, queries, pool, batch_size=3, chunk_size=128, topk=topk, scorer=scorer)
+            engine.scan(ranker, queries, pool, batch_size=3, chunk_size=128, topk=topk, scorer=scorer)
             after = signatures()
             added = {k: sorted(set(v) - set(before.get(k, []))) for k, v in after.items()}
             added = {k: v for k, v in added.items() if v}
@@ -202,9 +202,9 @@ class _SelectsOnValid(_Vectors):
     name = "selects"
 
     def fit(self, task):
-        from rbench.engine.evaluate import evaluate
+        from rbench.engine.scan import scan
 
-        evaluate(self, task.valid, task.pool, topk=0)
+        scan(self, task.valid, task.pool, topk=0)
 
 
 @pytest.mark.parametrize("ranker", ["pop", "vectors", "selects"])

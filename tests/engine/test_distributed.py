@@ -14,13 +14,13 @@ from rbench.engine.distributed import (
     ShardEncoder,
     _FixedEmbeddings,
     embed_pool_distributed,
-    evaluate_sharded,
     ray_data_usable,
+    scan_sharded,
     score_shard,
     shard_bounds,
 )
-from rbench.engine.evaluate import evaluate, merge
 from rbench.engine.metrics import aggregate, per_query
+from rbench.engine.scan import merge, scan
 from rbench.engine.sharded import ShardedArray, finish, open_matrix, write_shard
 from tests.helpers import make_pool, make_queries
 
@@ -49,7 +49,7 @@ def _data(tmp_path, n_pool=3000, n_q=60, d=16, duplicates=True):
 
 def _whole(emb, qv, q, chunk_size):
     ranker = _FixedEmbeddings(emb, qv, {str(i): k for k, i in enumerate(q.ids)})
-    return evaluate(ranker, q, make_pool(len(emb)), chunk_size=chunk_size, batch_size=32)
+    return scan(ranker, q, make_pool(len(emb)), chunk_size=chunk_size, batch_size=32)
 
 
 def _assert_identical(a, b):
@@ -78,7 +78,7 @@ def test_shard_function_matches_single_process(tmp_path):
 def test_ray_sharded_metrics_identical(tmp_path, cluster):
     emb, qv, path, q = _data(tmp_path)
     whole = _whole(emb, qv, q, chunk_size=512)
-    sharded = evaluate_sharded(path, qv, q, n_shards=4, batch_size=32, chunk_size=512)
+    sharded = scan_sharded(path, qv, q, n_shards=4, batch_size=32, chunk_size=512)
     _assert_identical(sharded, whole)
     assert aggregate(per_query(sharded.ranks, q.grades)) == aggregate(per_query(whole.ranks, q.grades))
 

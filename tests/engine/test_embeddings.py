@@ -82,7 +82,7 @@ def test_bf16_bits_match_torch_rounding():
 def test_bf16_storage_reads_as_fp32_chunkwise(tmp_path):
     from rbench.engine.distributed import _FixedEmbeddings
     from rbench.engine.embeddings import BF16Matrix, from_bf16_bits, to_bf16_bits
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
     from tests.helpers import make_queries
 
     pool = make_pool(500)
@@ -102,8 +102,8 @@ def test_bf16_storage_reads_as_fp32_chunkwise(tmp_path):
     q = make_queries([[i] for i in range(0, 500, 25)])
     qv = np.random.default_rng(1).standard_normal((len(q), 3)).astype(np.float32)
     row_of = {str(i): k for k, i in enumerate(q.ids)}
-    a = evaluate(_FixedEmbeddings(bf, qv, row_of), q, pool, chunk_size=128)
-    b = evaluate(_FixedEmbeddings(expect, qv, row_of), q, pool, chunk_size=128)
+    a = scan(_FixedEmbeddings(bf, qv, row_of), q, pool, chunk_size=128)
+    b = scan(_FixedEmbeddings(expect, qv, row_of), q, pool, chunk_size=128)
     np.testing.assert_array_equal(a.ranks.values, b.ranks.values)
     with pytest.raises(ValueError, match="float32, float16, bfloat16"):
         pool_embeddings(pool, {"m": 1}, _encoder(calls), root=tmp_path, progress=False, dtype="int8")

@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from rbench.engine.evaluate import _RunningTopK, _sparse_nonzero, evaluate, merge
+from rbench.engine.scan import _RunningTopK, _sparse_nonzero, merge, scan
 from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 
@@ -31,7 +31,7 @@ def test_top_k_is_exact_over_many_chunks_with_ties(seed):
     exclude = [np.setdiff1d(rng.choice(n_pool, 30, replace=False), p).tolist() for p in positives]
     queries = make_queries(positives, exclude=exclude if seed >= 2 else None)
     for k in (1, 10, 60):
-        res = evaluate(TableRanker(table), queries, make_pool(n_pool), batch_size=5, chunk_size=64, topk=k)
+        res = scan(TableRanker(table), queries, make_pool(n_pool), batch_size=5, chunk_size=64, topk=k)
         np.testing.assert_array_equal(res.topk_index, _reference(table, k, exclude if seed >= 2 else None))
         expect = np.take_along_axis(table, np.maximum(res.topk_index, 0), axis=1)
         np.testing.assert_array_equal(res.topk_score, np.where(res.topk_index < 0, -np.inf, expect))
@@ -46,7 +46,7 @@ def test_per_query_lists_over_several_chunks(k):
     table = rng.integers(0, 80, size=(n_q, n_pool)).astype(np.float64)
     cand = np.stack([rng.permutation(n_pool)[:m] for _ in range(n_q)])
     queries = make_queries([[int(c[0])] for c in cand], candidates=cand)
-    res = evaluate(TableRanker(table), queries, make_pool(n_pool), chunk_size=64, topk=k)
+    res = scan(TableRanker(table), queries, make_pool(n_pool), chunk_size=64, topk=k)
     np.testing.assert_array_equal(res.topk_index, _reference(table, k, candidates=cand))
 
 
@@ -55,11 +55,11 @@ def test_top_k_zero_keeps_nothing_and_changes_no_rank():
     table = rng.standard_normal((30, 500))
     queries = make_queries([[int(p)] for p in rng.integers(0, 500, 30)])
     pool = make_pool(500)
-    with_k = evaluate(TableRanker(table), queries, pool, chunk_size=64, topk=100)
-    without = evaluate(TableRanker(table), queries, pool, chunk_size=64, topk=0)
+    with_k = scan(TableRanker(table), queries, pool, chunk_size=64, topk=100)
+    without = scan(TableRanker(table), queries, pool, chunk_size=64, topk=0)
     assert without.topk_index.shape == (30, 0) and without.topk_score.shape == (30, 0)
     np.testing.assert_array_equal(without.ranks.values, with_k.ranks.values)
-    parts = [evaluate(None, queries, pool, chunk_size=64, topk=0, pool_range=r, scorer=table_scorer(table))
+    parts = [scan(None, queries, pool, chunk_size=64, topk=0, pool_range=r, scorer=table_scorer(table))
              for r in ((0, 128), (128, 500))]
     merged = merge(parts)
     assert merged.topk_index.shape == (30, 0)

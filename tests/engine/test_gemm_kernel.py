@@ -118,9 +118,9 @@ def test_a_candidate_identical_to_a_positive_ties_with_it(monkeypatch, dim, stor
     assert (got.equal == 1).all(), np.bincount(got.equal)
     cand = np.stack([np.roll(np.arange(n_pool), -int(p))[:50] for p in pos])  # positive first, twin second
     lists = make_queries([[int(p)] for p in pos], candidates=cand)
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
-    per_query = evaluate(None, lists, pool, scorer=vector_scorer(emb, qv, lists), batch_size=16)
+    per_query = scan(None, lists, pool, scorer=vector_scorer(emb, qv, lists), batch_size=16)
     assert (per_query.equal == 1).all(), np.bincount(per_query.equal)
 
 
@@ -178,7 +178,7 @@ def test_evaluations_reuse_buffers_without_sharing_results(monkeypatch):
     """The top-k and packing buffers one evaluation leaves are reused by the next (a shorter last
     batch inside the same buffers): results equal fresh ones, and an earlier result's arrays are
     never overwritten by a later evaluation."""
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     rng = np.random.default_rng(5)
     emb = rng.standard_normal((700, 24)).astype(np.float32)
@@ -187,7 +187,7 @@ def test_evaluations_reuse_buffers_without_sharing_results(monkeypatch):
     pool = make_pool(700)
 
     def run(q):
-        return evaluate(None, queries, pool, scorer=vector_scorer(emb, q, queries), batch_size=101, topk=20)
+        return scan(None, queries, pool, scorer=vector_scorer(emb, q, queries), batch_size=101, topk=20)
 
     monkeypatch.setattr(fused, "_SPARES", {})
     first = run(qv)

@@ -33,7 +33,7 @@ import pytest
 import rbench
 from rbench.api import Queries, Ragged
 from rbench.core import paths
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
 from tests.tasks.test_tasks_routing import write_routing_task
 
 
@@ -134,7 +134,7 @@ def test_routing_outcomes_on_a_scored_split_do_not_reach_the_spy():
         spy = cls()
         spy.fit(data.for_fit())
         spy.found.clear()
-        evaluate(spy, data.valid, data.pool)
+        scan(spy, data.valid, data.pool)
         assert spy.found == [] and len(spy.calls) > 1
 
 
@@ -267,8 +267,8 @@ def test_editing_what_was_returned_or_handed_moves_nothing(lists):
     honest.fit(fitted)
     cheat.fit(fitted)
     before, pool_ids = _snapshot(test), pool.ids.copy()
-    ref = evaluate(honest, test, pool, batch_size=16)
-    got = evaluate(cheat, test, pool, batch_size=16)
+    ref = scan(honest, test, pool, batch_size=16)
+    got = scan(cheat, test, pool, batch_size=16)
     assert honest.changed_by_engine == 0 and cheat.changed_by_engine == 0
     assert len(cheat.returned) > len(test) // 16  # every batch, and the re-checks
     assert np.array_equal(ref.ranks.values, got.ranks.values)

@@ -16,8 +16,8 @@ import pytest
 
 from rbench.core.errors import RBenchError
 from rbench.core.measures import FAMILIES, Measure, parse_measure, parse_measures
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import per_query
+from rbench.engine.scan import scan
 from tests.helpers import TableRanker, make_pool, make_queries
 
 CHECKED = ("nDCG@10", "nDCG", "nDCG@3", "RR", "RR@10", "RR(rel=2)@10", "RR(rel=3)", "R@10", "R@1000",
@@ -68,7 +68,7 @@ def _ir_measures(table, positives, grades, exclude, names) -> dict[str, np.ndarr
 
 def _rbench(table, positives, grades, exclude, names):
     queries = make_queries(positives, grades, exclude=exclude)
-    res = evaluate(TableRanker(table), queries, make_pool(table.shape[1]), batch_size=9, chunk_size=23, topk=5)
+    res = scan(TableRanker(table), queries, make_pool(table.shape[1]), batch_size=9, chunk_size=23, topk=5)
     return res.ranks, queries.grades, per_query(res.ranks, queries.grades, names)
 
 

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 from ir_measures import RR, R, nDCG
 
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.scan import scan
 from tests.helpers import TableRanker, make_pool, make_queries, table_scorer
 
 IRM = {"nDCG@10": nDCG @ 10, "RR": RR, "R@10": R @ 10, "R@100": R @ 100}
@@ -46,7 +46,7 @@ def test_matches_ir_measures_on_random_tie_free_runs(seed):
         exclude.append(rng.choice(rest, size=int(rng.integers(0, 20)), replace=False).tolist())
     queries = make_queries(positives, grades, exclude=exclude)
     # small batches and chunks so that merging across chunks is exercised
-    res = evaluate(TableRanker(table), queries, make_pool(n_pool), batch_size=7, chunk_size=37, topk=15)
+    res = scan(TableRanker(table), queries, make_pool(n_pool), batch_size=7, chunk_size=37, topk=15)
     ours = per_query(res.ranks, queries.grades)
     ref = _ir_measures(table, positives, grades, exclude)
     for name in MEASURES:
@@ -66,7 +66,7 @@ def test_per_query_candidate_lists_match_ir_measures():
     cands = np.stack([rng.choice(n_pool, size=m, replace=False) for _ in range(n_q)])
     positives = [[int(c[rng.integers(m)])] for c in cands]
     queries = make_queries(positives, candidates=cands)
-    res = evaluate(TableRanker(table), queries, make_pool(n_pool), batch_size=8)
+    res = scan(TableRanker(table), queries, make_pool(n_pool), batch_size=8)
     ours = per_query(res.ranks, queries.grades)
     ref = _ir_measures(table, positives, [[1.0]] * n_q, candidates=cands)
     for name in MEASURES:
@@ -78,7 +78,7 @@ def test_per_query_candidate_lists_match_ir_measures():
 def test_constant_scorer_ranks_positive_last(chunk):
     n_pool = 500
     queries = make_queries([[3], [499], [0, 7]])
-    res = evaluate(TableRanker(np.zeros((3, n_pool))), queries, make_pool(n_pool), chunk_size=chunk)
+    res = scan(TableRanker(np.zeros((3, n_pool))), queries, make_pool(n_pool), chunk_size=chunk)
     assert res.ranks[0].tolist() == [n_pool]
     assert res.ranks[1].tolist() == [n_pool]
     assert sorted(res.ranks[2].tolist()) == [n_pool - 1, n_pool]  # two positives tied with all
@@ -89,18 +89,18 @@ def test_constant_scorer_ranks_positive_last(chunk):
 def test_tie_rule_cases():
     # positive ties with 2 others, 1 candidate strictly higher -> rank 4
     table = np.array([[5.0, 3.0, 3.0, 3.0, 1.0, 0.0]])
-    res = evaluate(TableRanker(table), make_queries([[2]]), make_pool(6))
+    res = scan(TableRanker(table), make_queries([[2]]), make_pool(6))
     assert res.ranks[0].tolist() == [4]
     # tied positives: the lower grade goes first among them (pessimistic for nDCG)
     table = np.array([[1.0, 1.0, 0.0]])
     q = make_queries([[0, 1]], grades=[[3.0, 1.0]])
-    res = evaluate(TableRanker(table), q, make_pool(3))
+    res = scan(TableRanker(table), q, make_pool(3))
     assert res.ranks[0].tolist() == [2, 1]
 
 
 def test_exclusion_removes_candidates_from_ranking():
     table = np.array([[9.0, 8.0, 7.0, 1.0]])
-    res = evaluate(TableRanker(table), make_queries([[2]], exclude=[[0, 1]]), make_pool(4))
+    res = scan(TableRanker(table), make_queries([[2]], exclude=[[0, 1]]), make_pool(4))
     assert res.ranks[0].tolist() == [1]
     assert res.topk_index[0, :2].tolist() == [2, 3]
     assert res.topk_index[0, 2] == -1
@@ -117,12 +117,12 @@ def test_memory_bounded_by_batch_times_chunk():
 
     table = np.random.default_rng(0).random((50, 3000))
     queries = make_queries([[i] for i in range(50)])
-    evaluate(Spy(table), queries, make_pool(3000), batch_size=10, chunk_size=256)
+    scan(Spy(table), queries, make_pool(3000), batch_size=10, chunk_size=256)
     assert Spy.biggest <= 10 * 256
 
 
 def test_shards_merge_exactly_into_the_single_scan():
-    from rbench.engine.evaluate import merge
+    from rbench.engine.scan import merge
 
     rng = np.random.default_rng(5)
     n_q, n_pool = 30, 700
@@ -132,9 +132,9 @@ def test_shards_merge_exactly_into_the_single_scan():
     exclude = [[e for e in ex if e not in pos] for ex, pos in zip(exclude, positives)]
     q = make_queries(positives, exclude=exclude)
     pool = make_pool(n_pool)
-    whole = evaluate(None, q, pool, chunk_size=100, topk=20, scorer=table_scorer(table))
+    whole = scan(None, q, pool, chunk_size=100, topk=20, scorer=table_scorer(table))
     bounds = [0, 123, 400, 401, n_pool]
-    parts = [evaluate(None, q, pool, chunk_size=64, topk=20, pool_range=(a, b), scorer=table_scorer(table))
+    parts = [scan(None, q, pool, chunk_size=64, topk=20, pool_range=(a, b), scorer=table_scorer(table))
              for a, b in zip(bounds[:-1], bounds[1:])]
     merged = merge(parts)
     np.testing.assert_array_equal(merged.ranks.values, whole.ranks.values)
@@ -168,8 +168,8 @@ def test_dense_path_refuses_non_finite_vectors():
 
     q = make_queries([[1], [2], [3]])
     with pytest.raises(RankerOutputError, match="candidate vector 7"):
-        evaluate(Emb(bad_pool=True), q, make_pool(20))
+        scan(Emb(bad_pool=True), q, make_pool(20))
     with pytest.raises(RankerOutputError, match="query 'q1'"):
-        evaluate(Emb(bad_query=True), q, make_pool(20))
-    res = evaluate(Emb(), q, make_pool(20))
+        scan(Emb(bad_query=True), q, make_pool(20))
+    res = scan(Emb(), q, make_pool(20))
     assert res.ranks.values.tolist() == [20, 20, 20]  # all tied: pessimistic

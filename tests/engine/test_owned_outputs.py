@@ -15,7 +15,7 @@ import pytest
 import rbench
 from rbench.api import BaseRanker
 from rbench.core.errors import RankerOutputError
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
 from tests.helpers import make_pool, make_queries
 
 
@@ -132,7 +132,7 @@ def test_scores_of_a_non_real_dtype_are_refused_in_one_line(kind):
     queries, pool, table = _task()
     with pytest.raises(RankerOutputError, match=r"ranker 'table': score returned values of dtype .*, expected .* "
                                                 r"real numbers") as err:
-        evaluate(Table(table, kind), queries, pool)
+        scan(Table(table, kind), queries, pool)
     assert "\n" not in str(err.value)
 
 
@@ -140,8 +140,8 @@ def test_scores_of_a_non_real_dtype_are_refused_in_one_line(kind):
 def test_real_scores_of_any_width_are_taken(kind):
     queries, pool, table = _task()
     table = np.round(table * 100)
-    ref = evaluate(Table(table), queries, pool)
-    got = evaluate(Table(table, kind), queries, pool)
+    ref = scan(Table(table), queries, pool)
+    got = scan(Table(table, kind), queries, pool)
     assert np.array_equal(ref.ranks.values, got.ranks.values)
 
 
@@ -171,7 +171,7 @@ def test_complex_vectors_are_refused_not_cast(which):
     else:
         q = q + 1j
     with pytest.raises(RankerOutputError, match=rf"ranker 'vectors': {which} returned values of dtype complex128"):
-        evaluate(Vectors(p, q), queries, pool)
+        scan(Vectors(p, q), queries, pool)
 
 
 def test_a_read_only_npy_map_is_reopened_by_the_engine_not_copied(tmp_path):

@@ -14,8 +14,8 @@ import pytest
 from rbench.api import Ragged, TaskData
 from rbench.core.errors import DataError, RBenchError
 from rbench.core.settings import RunSettings
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.scan import scan
 from rbench.results.paired import p_value
 from rbench.run import rerank
 from rbench.run.recording import record_measures
@@ -144,7 +144,7 @@ def test_outside_positive_keeps_stage1_rank_and_dropped_differs():
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     depth = 5
     result, info, dropped = _score(_plan(S, depth), R(), data)
-    stage1 = evaluate(S(), data.test, data.pool, topk=0)
+    stage1 = scan(S(), data.test, data.pool, topk=0)
     outside = stage1.ranks.values > depth
     assert outside.any() and info["positives_outside"] == int(outside.sum())
     np.testing.assert_array_equal(result.ranks.values[outside], stage1.ranks.values[outside])
@@ -166,7 +166,7 @@ def test_two_stage_record_holds_stage1_metrics_on_the_same_queries(small):
     plan = _plan(S, 5, seed=7)  # the test's resamples are drawn from the run's seed
     result, info, _ = _score(plan, R(), data)
     measures = record_measures(())
-    first = per_query(evaluate(S(), data.test, data.pool, topk=0).ranks, data.test.grades, measures)
+    first = per_query(scan(S(), data.test, data.pool, topk=0).ranks, data.test.grades, measures)
     final = per_query(result.ranks, data.test.grades, measures)
     assert info["first_stage_metrics"] == pytest.approx(aggregate(first), abs=1e-12)
     assert set(info["vs_first_stage"]) == set(measures)
@@ -255,7 +255,7 @@ def test_exhaustive_budget():
         _score(_plan(S, None, pair_budget=pairs - 1), R(), data)
     with pytest.warns(UserWarning, match="--force"):
         result, info, dropped = _score(_plan(S, None, pair_budget=pairs - 1, force=True), R(), data)
-    plain = evaluate(R(), data.test, data.pool, topk=0)
+    plain = scan(R(), data.test, data.pool, topk=0)
     np.testing.assert_array_equal(result.ranks.values, plain.ranks.values)
     assert info["depth"] == "all" and info["pairs_scored"] == pairs and dropped == {}
     result, _, _ = _score(_plan(S, None, pair_budget=pairs), R(), data)  # within budget

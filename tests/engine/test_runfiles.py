@@ -307,9 +307,9 @@ def test_tie_heavy_tables_round_trip_at_every_depth(seed, tmp_path):
     exclusions (even seeds) or per-query lists (odd): at every depth, each positive ranked within it
     is on the line of its rank, and ir_measures and ranx read rbench's per-query values."""
     from rbench.cli.data import qrels_text
-    from rbench.engine.evaluate import evaluate
     from rbench.engine.metrics import per_query
     from rbench.engine.runfile import run_file_bytes, run_width
+    from rbench.engine.scan import scan
     from tests.helpers import TableRanker, make_pool, make_queries
 
     rng = np.random.default_rng(seed)
@@ -331,8 +331,8 @@ def test_tie_heavy_tables_round_trip_at_every_depth(seed, tmp_path):
     qrels = tmp_path / "qrels.txt"
     qrels.write_text(qrels_text(queries, pool.ids))
     for topk in (1, 3, 10, 25, 1000):
-        res = evaluate(TableRanker(table), queries, pool, batch_size=7, chunk_size=37,
-                       topk=run_width(topk, queries))
+        res = scan(TableRanker(table), queries, pool, batch_size=7, chunk_size=37,
+                   topk=run_width(topk, queries))
         run_path = tmp_path / f"run{topk}.run.gz"
         run_path.write_bytes(run_file_bytes(queries, pool.ids, res, topk, "tag"))
         line_of: dict[tuple[str, str], int] = {}
@@ -355,14 +355,14 @@ def test_top_k_boundary(tmp_path):
     tied positives ranked 4 and 5 and lacks the tied non-positives d3, d4 that rank 2 and 3. q1: a
     positive ranked 3 needs d3, which the top 3 lacks. q2: a positive ranked 3 (d3) is not in the
     top 3 at all; it ties with its lowest score."""
-    from rbench.engine.evaluate import evaluate
     from rbench.engine.runfile import pessimistic_lists, run_file_bytes, run_width
+    from rbench.engine.scan import scan
     from tests.helpers import TableRanker, make_pool, make_queries
 
     table = np.array([[5, 3, 3, 3, 3, 1, 0, 0], [5, 3, 3, 3, 0, 0, 0, 0], [5, 3, 3, 3, 0, 0, 0, 0]], dtype=float)
     queries = make_queries([[1, 2, 5], [1, 2], [2, 3]])
     pool = make_pool(8)
-    narrow = evaluate(TableRanker(table), queries, pool, topk=3)
+    narrow = scan(TableRanker(table), queries, pool, topk=3)
     assert narrow.topk_index.tolist() == [[0, 1, 2]] * 3
     assert narrow.ranks.values.tolist() == [5, 4, 6, 4, 3, 4, 3]
 
@@ -381,7 +381,7 @@ def test_top_k_boundary(tmp_path):
     lists = pessimistic_lists(queries.positives, narrow.ranks, narrow.topk_index, narrow.topk_score, 3)
     assert lists.short.tolist() == [False, True, False] and lists.length.tolist() == [1, 1, 3]
     # run_width (3 + 3) holds what every line needs: the head of the pessimistic order
-    wide = evaluate(TableRanker(table), queries, pool, topk=run_width(3, queries))
+    wide = scan(TableRanker(table), queries, pool, topk=run_width(3, queries))
     assert listed(wide) == [["d0", "d3", "d4"], ["d0", "d3", "d2"], ["d0", "d1", "d3"]]
 
 
@@ -432,14 +432,14 @@ def test_ids_a_trec_file_cannot_hold_are_refused_at_import(capsys, tmp_path):
 def test_qrels_and_run_file_refuse_ids_with_whitespace():
     from rbench.cli.data import qrels_text
     from rbench.core.errors import DataError
-    from rbench.engine.evaluate import evaluate
     from rbench.engine.runfile import run_file_bytes
+    from rbench.engine.scan import scan
     from tests.helpers import TableRanker, make_pool, make_queries
 
     queries, pool = make_queries([[1]]), make_pool(3)
     pool.ids[1] = "d 1"  # a task imported before ids were checked
     with pytest.raises(DataError, match="'d 1'"):
         qrels_text(queries, pool.ids)
-    res = evaluate(TableRanker(np.array([[0.0, 1.0, 0.5]])), queries, pool, topk=3)
+    res = scan(TableRanker(np.array([[0.0, 1.0, 0.5]])), queries, pool, topk=3)
     with pytest.raises(DataError, match="'d 1'"):
         run_file_bytes(queries, pool.ids, res, 3, "t")

@@ -22,15 +22,11 @@ import pytest
 from rbench.core.errors import RankerOutputError
 from rbench.engine import metrics, sharded
 from rbench.engine import torch_scan as ts
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
+from rbench.engine.scorers import vector_scorer
 from tests.helpers import make_pool, make_queries
 
 torch = pytest.importorskip("torch")
-
-try:  # (evaluate.py's scorers are moving to rbench.engine.scorers)
-    from rbench.engine.scorers import vector_scorer
-except ImportError:
-    from rbench.engine.evaluate import vector_scorer
 
 SOURCE = Path(ts.__file__).read_text(encoding="utf-8")
 
@@ -61,8 +57,8 @@ def _data(rng, n_pool, n_q, d, integer=False, max_pos=3, n_excl=15, lists=None):
 
 
 def _engine(emb, qv, queries, topk, chunk_size=65536):
-    return evaluate(None, queries, make_pool(len(emb)), scorer=vector_scorer(emb, qv, queries), topk=topk,
-                    batch_size=32, chunk_size=chunk_size)
+    return scan(None, queries, make_pool(len(emb)), scorer=vector_scorer(emb, qv, queries), topk=topk,
+                batch_size=32, chunk_size=chunk_size)
 
 
 def _same(ref, got, scores_exact=True):
@@ -78,7 +74,7 @@ def _same(ref, got, scores_exact=True):
 
 def _run(emb, qv, queries, module=ts, **kw):
     kw.setdefault("device", "cpu")
-    return module.evaluate_dense_torch(emb, qv, queries, **kw)
+    return module.scan_dense_torch(emb, qv, queries, **kw)
 
 
 @pytest.mark.parametrize("chunk_size,batch_size", [(65536, 64), (333, 7), (1, 5)])
@@ -205,7 +201,7 @@ def test_non_finite_scores_raise():
 
 
 def test_rbench_imports_without_torch():
-    code = ("import sys; sys.modules['torch'] = None; import rbench.engine.torch_scan, rbench.engine.evaluate; "
+    code = ("import sys; sys.modules['torch'] = None; import rbench.engine.torch_scan, rbench.engine.scan; "
             "print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                          cwd=Path(__file__).resolve().parents[2])

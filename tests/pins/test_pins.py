@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rbench.api import Pool, Queries, Ragged
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
 
 
 def reference_ranks(scores: np.ndarray, positives: list[list[int]], grades: list[list[float]]) -> list[list[int]]:
@@ -58,7 +58,7 @@ def test_many_positives_branch_matches_the_reference_with_ties(chunk):
                 texts=np.array(["x"] * n_c, dtype=object), name="pins")
     queries = Queries(ids=np.array([f"q{i}" for i in range(n_q)], dtype=object), texts=["q"] * n_q,
                       positives=Ragged.from_rows(positives), grades=Ragged.from_rows(grades, dtype=np.float64))
-    got = evaluate(TableRanker(scores), queries, pool, chunk_size=chunk, topk=0).ranks
+    got = scan(TableRanker(scores), queries, pool, chunk_size=chunk, topk=0).ranks
     assert [got[i].tolist() for i in range(n_q)] == reference_ranks(scores, positives, grades)
 
 

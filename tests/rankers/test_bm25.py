@@ -180,7 +180,7 @@ def test_full_pool_scores_computed_once_per_query_batch(monkeypatch):
 def test_engine_ranks_planted_documents_first_in_a_large_pool():
     """10^5 documents: index, then the engine's batched x chunked calls (chunks smaller than the
     pool) for a few queries; each query's words were planted in one document only."""
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     n = 100_000
     rng = np.random.default_rng(7)
@@ -198,7 +198,7 @@ def test_engine_ranks_planted_documents_first_in_a_large_pool():
     computed = []
     full_scores = ranker._full_scores
     ranker._full_scores = lambda batch: (batch.full is None and computed.append(len(batch.tokens))) or full_scores(batch)
-    result = evaluate(ranker, q, pool, batch_size=4, chunk_size=30_000, topk=5)
+    result = scan(ranker, q, pool, batch_size=4, chunk_size=30_000, topk=5)
     assert ranker.info["n_docs"] == n
     assert computed == [4, 1]  # pool chunks were served from each batch's full scores, computed once a batch
     assert [int(t[0]) for t in result.topk_index[: len(planted)]] == planted

@@ -14,7 +14,7 @@ transformers = pytest.importorskip("transformers")
 from rbench.api import Pool, RunContext  # noqa: E402
 from rbench.core.config import build_config  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
-from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench.engine.scan import scan  # noqa: E402
 from rbench_rankers.dense import (  # noqa: E402
     ContrieverOptions,
     ContrieverRanker,
@@ -114,7 +114,7 @@ def test_engine_ranks_equal_manual_dot_products(tiny_bert, tmp_path):
     q = make_queries(positives)
     q.texts = _texts(9, seed=6)
     r = _ranker(DenseRanker, DenseOptions(model=str(tiny_bert), pooling="mean"), tmp_path)
-    res = evaluate(r, q, pool, batch_size=4, chunk_size=16, topk=10)
+    res = scan(r, q, pool, batch_size=4, chunk_size=16, topk=10)
     scores = _manual(tiny_bert, q.texts).astype(np.float64) @ _manual(tiny_bert, list(pool.texts)).T
     tol, exact = 1e-4, 0
     for i, (p,) in enumerate(positives):
@@ -135,7 +135,7 @@ def test_small_scenario_per_query_candidates(tiny_bert, tmp_path):
     q = make_queries([[int(c[k])] for c, k in zip(cand, rng.integers(0, 20, size=6))], candidates=cand)
     q.texts = _texts(6, seed=10)
     r = _ranker(DenseRanker, DenseOptions(model=str(tiny_bert), pooling="mean"), tmp_path)
-    res = evaluate(r, q, pool)
+    res = scan(r, q, pool)
     scores = r.encode_queries(q).astype(np.float64) @ np.asarray(r.encode_pool(pool), dtype=np.float64).T
     for i in range(6):
         s, sp = scores[i, cand[i]], scores[i, int(q.positives[i][0])]

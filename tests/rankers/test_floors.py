@@ -7,8 +7,8 @@ import dataclasses
 import numpy as np
 
 from rbench.api import RunContext, TaskData, TaskSpec
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
+from rbench.engine.scan import scan
 from rbench_rankers.floors import PopularityRanker, RandomRanker
 from tests.helpers import make_pool, make_queries
 
@@ -64,7 +64,7 @@ def test_random_mrr_near_expectation():
     q = make_queries([[i % n_pool] for i in range(n_q)])
     q = dataclasses.replace(q)
     r = RandomRanker(context=RunContext(cache_dir=None, seed=0))
-    res = evaluate(r, q, pool)
+    res = scan(r, q, pool)
     mrr = aggregate(per_query(res.ranks, q.grades))["RR"]
     expected = np.mean(1.0 / np.arange(1, n_pool + 1))
     assert abs(mrr - expected) < 0.25 * expected

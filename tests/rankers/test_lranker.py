@@ -23,7 +23,7 @@ from rbench.api import (  # noqa: E402
 )
 from rbench.core.config import build_config  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
-from rbench.engine.evaluate import evaluate  # noqa: E402
+from rbench.engine.scan import scan  # noqa: E402
 from rbench_rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
 from rbench_rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
 from rbench_rankers.lranker.ranker import LRankerRanker  # noqa: E402
@@ -437,7 +437,7 @@ def test_selection_uses_valid_only_and_tts_matches_direct_at_depth_zero(qwen_dir
     # survivors shrink 40 -> 2 parts of 20 keep 10 each -> 20 -> 2 x 5 -> 10
     assert out.trace[0]["survivors"] == [20] * len(task.test) and out.trace[1]["survivors"] == [10] * len(task.test)
     # the engine scores what encode_queries returns: mean(E^(0..d)) for the selected (k, d)
-    res = evaluate(r, task.test, task.pool)
+    res = scan(r, task.test, task.pool)
     Q = r.encode(task.test, task.pool, vec, r.width, r.depth)
     s = Q @ vec.T
     pos = task.test.positives.values

@@ -6,8 +6,8 @@ from __future__ import annotations
 import numpy as np
 
 from rbench.api import RunContext, TaskData, TaskSpec
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
+from rbench.engine.scan import scan
 from rbench.results.leaderboard import POP, PRIOR, RANDOM, Leaderboard, prior_note, to_markdown
 from rbench.results.record import ColumnKey, RowKey, RunRecord
 from rbench_rankers.floors import PriorRanker, RandomRanker
@@ -72,7 +72,7 @@ def test_prior_reaches_the_pushdown_level_on_a_pool_of_positives():
     task = TaskData(spec=SPEC, pool=pool, train=make_queries([[int(p)] for p in perm[:480]]),
                     valid=make_queries([[int(p)] for p in perm[480:540]]),
                     test=make_queries([[int(p)] for p in perm[540:]]))
-    mrr = aggregate(per_query(evaluate(_fitted(task), task.test, pool).ranks, task.test.grades))["RR"]
+    mrr = aggregate(per_query(scan(_fitted(task), task.test, pool).ranks, task.test.grades))["RR"]
     rest = np.mean(1.0 / np.arange(1, n_test + 1))
     chance = np.mean(1.0 / np.arange(1, n + 1))
     assert abs(mrr - rest) < 0.3 * rest and mrr > 4 * chance

@@ -27,8 +27,8 @@ from rbench.api import (  # noqa: E402
     TaskData,
     TaskSpec,  # noqa: E402
 )
-from rbench.engine.evaluate import evaluate  # noqa: E402
 from rbench.engine.metrics import MEASURES, aggregate, per_query  # noqa: E402
+from rbench.engine.scan import scan  # noqa: E402
 from rbench.tasks.families.recsys import load_atomic_dir  # noqa: E402
 
 N_USERS, N_ITEMS = 60, 30
@@ -100,7 +100,7 @@ def test_sasrec_scores_equal_full_sort_predict_and_beat_chance(sasrec, toy):
     ours, rb = _ours(sasrec, task.test, task.pool)
     ref = _full_sort_sequential(sasrec, task.test)
     np.testing.assert_allclose(ours, ref[:, rb], rtol=1e-4, atol=1e-4)
-    res = evaluate(sasrec, task.test, task.pool, batch_size=16, chunk_size=8)
+    res = scan(sasrec, task.test, task.pool, batch_size=16, chunk_size=8)
     m = aggregate(per_query(res.ranks, task.test.grades, MEASURES))
     # ~27 candidates left after excluding the history: chance MRR ~ 0.15; the +1 pattern is learnt
     assert m["RR"] > 0.3, m
@@ -224,7 +224,7 @@ def test_unseen_candidates_rank_after_every_seen_one(sasrec, toy):
     assert (rb[:n] > 0).all() and (rb[n:] == 0).all()  # prefixed ids matched, foreign ones not
     np.testing.assert_allclose(scores[:, :n], _ours(sasrec, q, task.pool)[0], rtol=1e-5, atol=1e-5)
     assert (scores[:, n:].max(axis=1) < scores[:, :n].min(axis=1)).all()
-    res = evaluate(sasrec, q, pool, topk=n + 6)
+    res = scan(sasrec, q, pool, topk=n + 6)
     ranked = res.n_ranked
     for i in range(3):  # a foreign positive ties with the other foreign items: worst position
         assert int(res.ranks[i][0]) == ranked[i]
@@ -245,7 +245,7 @@ def test_small_scenario_per_query_candidates(sasrec, toy):
         others = rng.choice(np.setdiff1d(np.arange(len(task.pool)), [p]), size=19, replace=False)
         cand[i] = rng.permutation(np.concatenate([[p], others]))
     q = dataclasses.replace(q, candidates=cand, exclude=None)
-    res = evaluate(sasrec, q, task.pool)
+    res = scan(sasrec, q, task.pool)
     full, _ = _ours(sasrec, q, task.pool)
     for i in range(len(q)):
         s = full[i, cand[i]]
@@ -301,7 +301,7 @@ def test_siblings_build_and_match_their_own_predictions(name, toy, tmp_path, mon
                 i = torch.from_numpy(np.tile(rb, len(uid)))
                 ref = r.model.forward(Interaction({"user_id": u, "item_id": i})).numpy().reshape(len(q), -1)
     np.testing.assert_allclose(ours, ref, rtol=1e-4, atol=1e-4)
-    res = evaluate(r, q, task.pool)
+    res = scan(r, q, task.pool)
     assert (res.ranks.values >= 1).all() and (res.ranks.values <= res.n_ranked).all()
 
 

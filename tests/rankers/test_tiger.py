@@ -13,8 +13,8 @@ pytest.importorskip("transformers")
 pytest.importorskip("sklearn")
 
 from rbench.api import Pool, Queries, Ragged, RunContext, TaskData, TaskSpec  # noqa: E402
-from rbench.engine.evaluate import evaluate  # noqa: E402
 from rbench.engine.metrics import aggregate, per_query  # noqa: E402
+from rbench.engine.scan import scan  # noqa: E402
 from rbench_rankers.tiger import TigerOptions, TigerRanker  # noqa: E402
 from rbench_rankers.tiger import quantiser as Q  # noqa: E402
 from rbench_rankers.tiger.model import DEPTH_SCALE, TreeScorer, Trie, Vocab, build_t5, encoder_inputs  # noqa: E402
@@ -168,7 +168,7 @@ def test_learns_a_synthetic_sequential_pattern(tmp_path: Path, one_torch_thread)
                         max_steps=200, eval_every=100, patience=0, valid_max_queries=20, **TINY)
     r = _FixedEmbeddings(opts, RunContext(cache_dir=tmp_path, seed=0, show_progress=False))
     r.fit(task)
-    res = evaluate(r, task.test, task.pool, topk=0)
+    res = scan(r, task.test, task.pool, topk=0)
     rr = aggregate(per_query(res.ranks, task.test.grades))["RR"]
     assert rr > 0.6, rr  # random over ~17 rankable items: ~0.2
     info = r.info
@@ -178,7 +178,7 @@ def test_learns_a_synthetic_sequential_pattern(tmp_path: Path, one_torch_thread)
     r2 = _FixedEmbeddings(opts, RunContext(cache_dir=tmp_path, seed=0, show_progress=False))
     r2.fit(task)
     assert r2.info["reused"] and r2.info["semantic_ids"]["cached"]
-    res2 = evaluate(r2, task.test, task.pool, topk=0)
+    res2 = scan(r2, task.test, task.pool, topk=0)
     np.testing.assert_array_equal(res.ranks.values, res2.ranks.values)
     # per-query candidate lists (small scenario): the same scores as the whole-pool ranking
     test = task.test.take(np.arange(12))

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from rbench.api import TaskData
-from rbench.engine.evaluate import evaluate
+from rbench.engine.scan import scan
 from rbench.run import rerank
 from tests.helpers import TableRanker, make_pool, make_queries
 
@@ -26,7 +26,7 @@ def test_many_positives_count_tied_candidates_as_tied_not_higher():
     table[0, 10:15] = 0.5  # 5 non-positives tied with them
     table[0, 15:20] = 0.9  # 5 above
     q = make_queries([list(range(10))], candidates=np.arange(n)[None, :])
-    res = evaluate(TableRanker(table), q, make_pool(n), topk=0)
+    res = scan(TableRanker(table), q, make_pool(n), topk=0)
     # pessimistic: after the 5 above, the 5 tied and the positives placed before it
     assert sorted(res.ranks.values.tolist()) == list(range(11, 21))
     assert res.equal.tolist() == [5] * 10 and res.higher.tolist() == [5] * 10
@@ -39,7 +39,7 @@ def test_a_zero_grade_is_refused():
 
     q = make_queries([[1], [2]], grades=[[1.0], [0.0]])
     with pytest.raises(DataError, match="q1"):
-        evaluate(TableRanker(np.zeros((2, 5))), q, make_pool(5), topk=0)
+        scan(TableRanker(np.zeros((2, 5))), q, make_pool(5), topk=0)
 
 
 # ------------------------------------------------------------------------------------------
@@ -67,7 +67,7 @@ def test_rerank_cache_key_depends_on_the_evaluated_queries():
 def test_first_stage_recall_is_the_fraction_of_positives_inside_the_depth():
     """r2: ``first_stage_recall@depth`` is the mean over queries of the fraction of each query's
     positives inside stage 1's top-N (recall), not the share of queries with any inside."""
-    from rbench.engine.evaluate import evaluate as engine_evaluate
+    from rbench.engine.scan import scan as engine_scan
     from tests.engine.test_rerank import _data, _plan, _score, _table_class, _tables
 
     data = _data()
@@ -75,7 +75,7 @@ def test_first_stage_recall_is_the_fraction_of_positives_inside_the_depth():
     S, R = _table_class(s, "table-s"), _table_class(r, "table-r")
     depth = 5
     _, info, _ = _score(_plan(S, depth), R(), data)
-    stage1 = engine_evaluate(S(), data.test, data.pool, topk=0)
+    stage1 = engine_scan(S(), data.test, data.pool, topk=0)
     inside = (stage1.ranks.values <= depth).astype(float)
     per_q = np.add.reduceat(inside, data.test.positives.offsets[:-1]) / data.test.positives.lengths()
     assert ((per_q > 0) & (per_q < 1)).any()  # a query with some, not all, of its positives inside

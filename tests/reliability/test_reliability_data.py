@@ -74,7 +74,7 @@ def test_grades_nDCG_cannot_hold_are_refused(tmp_path):
 
 def test_the_engine_refuses_an_overflowing_grade_from_any_task():
     from rbench.api import Pool, Queries, Ragged
-    from rbench.engine.evaluate import validate_queries
+    from rbench.engine.scan import validate_queries
 
     pool = Pool(ids=np.array(["a", "b"], dtype=object), texts=np.array(["x", "y"], dtype=object), name="p")
     q = Queries(ids=np.array(["q0", "q1"], dtype=object), texts=["", ""], positives=Ragged.from_rows([[0], [1]]),

@@ -179,27 +179,27 @@ def _small():
 
 def test_a_tensor_that_requires_grad_is_scored():
     pytest.importorskip("torch")
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     queries, pool = _small()
-    result = evaluate(_TensorScores(), queries, pool, topk=3)
+    result = scan(_TensorScores(), queries, pool, topk=3)
     assert list(result.topk_index[0]) == [5, 4, 3]
 
 
 def test_vectors_given_as_lists_are_scored():
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     queries, pool = _small()
-    result = evaluate(_ListVectors(), queries, pool, topk=2)
+    result = scan(_ListVectors(), queries, pool, topk=2)
     assert list(result.topk_index[0]) == [5, 4]
 
 
 def test_scores_numpy_cannot_take_name_the_ranker():
-    from rbench.engine.evaluate import evaluate
+    from rbench.engine.scan import scan
 
     queries, pool = _small()
     with pytest.raises(RankerOutputError, match="dicty"):
-        evaluate(_DictScores(), queries, pool)
+        scan(_DictScores(), queries, pool)
 
 
 # --------------------------------------------------------------------------------------------

@@ -12,8 +12,8 @@ import pytest
 
 from rbench.api import BaseRanker, Pool, Queries, Ragged
 from rbench.core.errors import RankerOutputError, RBenchError
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import MEASURES, aggregate, per_query
+from rbench.engine.scan import scan
 from tests.helpers import make_pool, make_queries
 
 N_POOL, N_Q = 400, 60
@@ -177,10 +177,10 @@ TASKS = {"shared pool": _shared_task, "per-query lists": _list_task}
 def test_set_dependent_scores_get_the_honest_twins_metrics_when_declared(layout, cls):
     queries, pool = TASKS[layout]()
     table = _table()
-    honest = _metrics(evaluate(Honest(table), queries, pool, batch_size=16), queries)
+    honest = _metrics(scan(Honest(table), queries, pool, batch_size=16), queries)
     ranker = cls(table)
     ranker.set_dependent = True
-    got = _metrics(evaluate(ranker, queries, pool, batch_size=16), queries)
+    got = _metrics(scan(ranker, queries, pool, batch_size=16), queries)
     assert got == pytest.approx(honest, abs=1e-12)
 
 
@@ -189,7 +189,7 @@ def test_set_dependent_scores_get_the_honest_twins_metrics_when_declared(layout,
 def test_undeclared_set_dependent_scores_are_refused(layout, cls):
     queries, pool = TASKS[layout]()
     with pytest.raises(RankerOutputError, match=f"ranker '{cls.name}'.*set_dependent = True"):
-        evaluate(cls(_table()), queries, pool, batch_size=16)
+        scan(cls(_table()), queries, pool, batch_size=16)
 
 
 def test_set_dependent_ranker_on_a_pool_above_one_call_is_refused():
@@ -197,15 +197,15 @@ def test_set_dependent_ranker_on_a_pool_above_one_call_is_refused():
     ranker = Softmax(_table())
     ranker.set_dependent = True
     with pytest.raises(RBenchError, match="'softmax'.*--rerank-from"):
-        evaluate(ranker, queries, pool, chunk_size=100)
+        scan(ranker, queries, pool, chunk_size=100)
 
 
 @pytest.mark.parametrize("layout", list(TASKS))
 def test_reading_positives_in_score_finds_nothing(layout):
     queries, pool = TASKS[layout]()
     table = _table()
-    honest = _metrics(evaluate(Honest(table), queries, pool), queries)
-    got = _metrics(evaluate(ReadsPositives(table), queries, pool), queries)
+    honest = _metrics(scan(Honest(table), queries, pool), queries)
+    got = _metrics(scan(ReadsPositives(table), queries, pool), queries)
     assert got == honest
 
 
@@ -214,7 +214,7 @@ def test_what_score_receives_carries_no_labels_and_cannot_change_the_harness(lay
     queries, pool = TASKS[layout]()
     before = (queries.ids.copy(), list(queries.texts), queries.candidates.copy() if queries.candidates is not None else None)
     ranker = Recorder(_table())
-    evaluate(ranker, queries, pool, batch_size=16)
+    scan(ranker, queries, pool, batch_size=16)
     for view in ranker.views:
         assert not view.labelled and len(view.positives.values) == 0 and len(view.grades.values) == 0
         assert view.exclude is None and view.meta == {}
@@ -234,8 +234,8 @@ def test_what_score_receives_carries_no_labels_and_cannot_change_the_harness(lay
 def test_mutating_what_score_receives_changes_nothing(layout):
     queries, pool = TASKS[layout]()
     table = _table()
-    honest = evaluate(Honest(table), queries, pool, batch_size=16)
-    got = evaluate(Mutates(table), queries, pool, batch_size=16)
+    honest = scan(Honest(table), queries, pool, batch_size=16)
+    got = scan(Mutates(table), queries, pool, batch_size=16)
     np.testing.assert_array_equal(got.ranks.values, honest.ranks.values)
     np.testing.assert_array_equal(got.topk_index, honest.topk_index)
 
@@ -253,8 +253,8 @@ def test_no_call_depends_on_the_labels(layout, chunk):
         other = [rng.choice(N_POOL, size=int(rng.integers(1, 5)), replace=False).tolist() for _ in range(N_Q)]
         relabelled = make_queries(other)
     first, second = Recorder(_table()), Recorder(_table())
-    evaluate(first, queries, pool, batch_size=16, chunk_size=chunk)
-    evaluate(second, relabelled, pool, batch_size=16, chunk_size=chunk)
+    scan(first, queries, pool, batch_size=16, chunk_size=chunk)
+    scan(second, relabelled, pool, batch_size=16, chunk_size=chunk)
     assert len(first.calls) == len(second.calls) > 0
     for (ids_a, cand_a), (ids_b, cand_b) in zip(first.calls, second.calls):
         assert ids_a == ids_b
@@ -265,9 +265,9 @@ def test_no_call_depends_on_the_labels(layout, chunk):
 def test_remembering_short_calls_gains_nothing(layout):
     queries, pool = TASKS[layout]()
     table = _table()
-    honest = _metrics(evaluate(Honest(table), queries, pool, batch_size=8), queries)
+    honest = _metrics(scan(Honest(table), queries, pool, batch_size=8), queries)
     try:
-        got = _metrics(evaluate(RemembersShortCalls(table), queries, pool, batch_size=8), queries)
+        got = _metrics(scan(RemembersShortCalls(table), queries, pool, batch_size=8), queries)
     except RankerOutputError:
         return  # refused: its boosts made two calls disagree
     assert got["RR"] <= honest["RR"] + 0.05
@@ -277,7 +277,7 @@ def test_remembering_short_calls_gains_nothing(layout):
 def test_a_ranker_that_ignores_candidates_is_refused(layout):
     queries, pool = TASKS[layout]()
     with pytest.raises(RankerOutputError, match="'ignores-candidates'.*about the candidates passed"):
-        evaluate(IgnoresCandidates(_table()), queries, pool)
+        scan(IgnoresCandidates(_table()), queries, pool)
 
 
 def test_a_nondeterministic_ranker_is_refused():
@@ -289,7 +289,7 @@ def test_a_nondeterministic_ranker_is_refused():
 
     queries, pool = _shared_task()
     with pytest.raises(RankerOutputError, match="'noisy'.*deterministic"):
-        evaluate(Noisy(_table()), queries, pool)
+        scan(Noisy(_table()), queries, pool)
 
 
 def test_a_stated_tolerance_admits_small_differences_only():
@@ -300,10 +300,10 @@ def test_a_stated_tolerance_admits_small_differences_only():
             return self.logits(queries, candidates) + np.random.default_rng().uniform(0, 1e-4, candidates.shape[-1])
 
     queries, pool = _shared_task()
-    evaluate(Jitter(_table()), queries, pool)  # within 1e-3: accepted
+    scan(Jitter(_table()), queries, pool)  # within 1e-3: accepted
     Jitter.score_tolerance = 1e-6
     with pytest.raises(RankerOutputError, match="tolerance 1e-06"):
-        evaluate(Jitter(_table()), queries, pool)
+        scan(Jitter(_table()), queries, pool)
 
 
 def test_the_two_stage_lists_carry_no_stand_in_positives():
@@ -489,7 +489,7 @@ def test_nothing_handed_to_a_ranker_reaches_the_evaluated_labels():
     for test in (queries, lists):
         data = TaskData(spec=spec, pool=pool, train=make_queries([[1]]), valid=make_queries([[2]]), test=test)
         ranker = Recorder(_table())
-        evaluate(ranker, test, pool, batch_size=16)
+        scan(ranker, test, pool, batch_size=16)
         handed = [data.for_fit(), *ranker.views, *(c for _, c in ranker.calls)]
         secrets = [a for a in (test.positives.values, test.positives.offsets, test.grades.values,
                                test.exclude.values if test.exclude is not None else None, test.candidates,
@@ -507,12 +507,12 @@ def test_nothing_handed_to_a_ranker_reaches_the_evaluated_labels():
 
 def test_the_checked_batches_are_fixed_and_few():
     """Batches 0, 15, 255, 4095: about log16(n) + 1 checks (the check's cost stays under 2%)."""
-    from rbench.engine.evaluate import _checked
+    from rbench.engine.scan import _checked
 
     assert [b for b in range(70_000) if _checked(b)] == [0, 15, 255, 4095, 65535]
     ranker = Recorder(_table())
     queries, pool = _shared_task()
-    evaluate(ranker, queries, pool, batch_size=2)  # 30 batches: the first and the 16th are checked
+    scan(ranker, queries, pool, batch_size=2)  # 30 batches: the first and the 16th are checked
     narrow = [ids for ids, cand in ranker.calls if cand.shape[-1] < N_POOL]
     assert len(narrow) == 2 and narrow[0][0] in ("q0", "q1") and narrow[1][0] in ("q30", "q31")
 

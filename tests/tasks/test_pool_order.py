@@ -20,8 +20,8 @@ import pytest
 
 from rbench.api import Pool, Queries, TaskData
 from rbench.core import paths
-from rbench.engine.evaluate import evaluate
 from rbench.engine.metrics import aggregate, per_query
+from rbench.engine.scan import scan
 from rbench.tasks.building import hashed_order
 from rbench.tasks.registry import import_task, load_task
 from tests.tasks.test_tasks_imported import write_jsonl
@@ -87,7 +87,7 @@ def mrr_against_chance(data: TaskData) -> tuple[float, float]:
     ranker = PositionOnlyRanker()
     ranker.fit(data)
     ranker.index(data.pool)
-    res = evaluate(ranker, data.test, data.pool, topk=0)
+    res = scan(ranker, data.test, data.pool, topk=0)
     got = aggregate(per_query(res.ranks, data.test.grades))["RR"]
     return got, float(random_rr(res.n_ranked, data.test.positives.lengths()).mean())
 

@@ -17,7 +17,7 @@ import pytest
 import rbench
 from rbench.core import paths
 from rbench.core.errors import RBenchError
-from rbench.engine.evaluate import validate_queries
+from rbench.engine.scan import validate_queries
 from rbench.tasks.registry import load_task
 from tests.tasks.history_first import HistoryFirst
 from tests.tasks.test_tasks_recsys import write_atomic_music

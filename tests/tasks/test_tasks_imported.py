@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from rbench.core.errors import DataError, RBenchError
-from rbench.engine.evaluate import validate_queries
+from rbench.engine.scan import validate_queries
 from rbench.tasks.building import MIN_SPLIT_QUERIES, split_labels
 from rbench.tasks.families.imported import imported_root, imported_specs
 from rbench.tasks.registry import data_status, get_task, import_task, list_tasks, load_task, resolve

@@ -12,7 +12,7 @@ import pytest
 
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
-from rbench.engine.evaluate import validate_queries
+from rbench.engine.scan import validate_queries
 from rbench.tasks.families.passages import passage_id, product_text
 from rbench.tasks.registry import data_status, get_task, load_task
 

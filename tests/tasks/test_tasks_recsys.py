@@ -16,7 +16,7 @@ import pytest
 from rbench.api import Ragged
 from rbench.core import paths
 from rbench.core.errors import DataError, RBenchError
-from rbench.engine.evaluate import validate_queries
+from rbench.engine.scan import validate_queries
 from rbench.tasks import text_columns
 from rbench.tasks.families import amazon, recsys
 from rbench.tasks.registry import data_status, get_task, load_task

@@ -13,7 +13,7 @@ import pytest
 
 from rbench.core import paths
 from rbench.core.errors import DataError
-from rbench.engine.evaluate import validate_queries
+from rbench.engine.scan import validate_queries
 from rbench.tasks.families.routing import normalise_cost
 from rbench.tasks.registry import data_status, get_task, load_task
 

@@ -1,4 +1,6 @@
-"""The evaluation engine: streams query batches x candidate chunks through a ranker.
+"""The engine's exact scan (``scan``): streams query batches x candidate chunks through a ranker
+and gives each query's top-k and every positive's exact rank (it computes no measure and writes
+no record: ``rbench.evaluate`` is the user's whole run around it).
 
 Memory stays bounded by ``batch_size x chunk_size`` scores, never queries x pool: for each query
 batch the engine first obtains the positives' scores, then walks the pool (or the per-query
@@ -325,7 +327,7 @@ class _Chunks:
                 a = b
 
 
-def evaluate(
+def scan(
     ranker: Any,
     queries: Queries,
     pool: Pool,
@@ -400,7 +402,7 @@ class _Scan:
 
     @property
     def whole(self) -> bool:
-        return not self.scorer.harness_scores  # ranker code's scores: whole rows (see ``evaluate``)
+        return not self.scorer.harness_scores  # ranker code's scores: whole rows (see ``scan``)
 
     @property
     def gemm_operands(self) -> Any:
