@@ -55,6 +55,7 @@ import numpy as np
 
 from rbench.api import DOMAINS, Pool, Queries, TaskData
 from rbench.plugin import FLOAT32_KERNELS, AtLeast0, AtLeast1, BaseRanker, Positive, Range, RBenchError
+from rbench_rankers.models import from_pretrained, quiet_loading, resolve_folder
 
 # the first stage's depth negatives are drawn from: a ranking that deep is computed per training query
 HardDepth = Annotated[int, Range(1, 100_000)]
@@ -340,20 +341,18 @@ class CrossEncoderRanker(PairRanker):
             return self._ce
         import torch
 
-        from rbench_rankers.dense import _quiet_loading, resolve_model
-
         cfg = self.cfg
         preset = PRESETS.get(cfg.model.lower())
         name = preset.model if preset else cfg.model
         t0 = time.perf_counter()
-        resolved = resolve_model(name, cfg.revision)
+        resolved = resolve_folder(name, cfg.revision)
         dev = torch_device(cfg.device)
-        _quiet_loading()
+        quiet_loading()
         from transformers import AutoConfig
         from transformers.utils import logging as hf_logging
 
         try:
-            hf_cfg = AutoConfig.from_pretrained(str(resolved.path), local_files_only=True)
+            hf_cfg = from_pretrained(AutoConfig, resolved.path)
             archs = list(getattr(hf_cfg, "architectures", None) or [])
             fresh = not any(a.endswith("ForSequenceClassification") for a in archs)
             num_labels = preset.num_labels if preset else (1 if fresh else int(hf_cfg.num_labels))

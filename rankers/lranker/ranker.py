@@ -26,15 +26,19 @@ import numpy as np
 
 from rbench.api import Pool, Queries, TaskData
 from rbench.plugin import BaseRanker, RBenchError, ast_digest, config_hash
+from rbench_rankers.models import model_fingerprint
 
 from .config import LRankerConfig
 
 # The code that decides what a checkpoint holds: the model, its training loop, the K-means soft
-# prompt, the options and this module (fit, validation: which weights are kept). Derived from that code (its AST, so comments and docstrings do not
-# count), never bumped by hand: any change to it gives new checkpoint keys, so a cache trained by
-# older code is never loaded by newer code. It is also the ranker's ``version`` in RunRecords.
+# prompt, the options and this module (fit, validation: which weights are kept), and how the backbone
+# is found and loaded (``rbench_rankers.models``). Derived from that code (its AST, so comments and
+# docstrings do not count), never bumped by hand: any change to it gives new checkpoint keys, so a
+# cache trained by older code is never loaded by newer code. It is also the ranker's ``version`` in
+# RunRecords.
 CHECKPOINT_CODE = tuple(f"{__package__}.{m}" for m in ("model", "train", "aggregation", "kmeans_many", "streams",
-                                                          "config", "ranker"))
+                                                          "config", "ranker")) + (
+    "rbench_rankers.models:resolve_model", "rbench_rankers.models:from_pretrained")
 CODE_VERSION = ast_digest(CHECKPOINT_CODE, "rbench_rankers.lranker.ranker.CHECKPOINT_CODE")[:12]
 # what a cached width/depth selection also depends on: the test-time-scaling rounds
 SELECTION_CODE = tuple(f"{__package__}.{m}" for m in ("scaling", "elimination", "prefix"))
@@ -205,8 +209,6 @@ class LRankerRanker(BaseRanker):
     def _cached_vectors(self, pool: Pool, which: dict[str, Any], encode_raw: Any) -> np.ndarray:
         from rbench.plugin import pool_embeddings
 
-        from .model import model_fingerprint
-
         model = self._ensure_model()
         cosine = self.cfg.similarity == "cosine"
         key = {"encoder": "lranker-hc", **which, "backbone": model_fingerprint(self.cfg.model, self.cfg.gguf_file),
@@ -242,7 +244,7 @@ class LRankerRanker(BaseRanker):
 
     # ------------------------------------------------------------------------------------
     def checkpoint_dir(self, task: TaskData) -> Path:
-        from .model import model_fingerprint, pick_device, pick_dtype
+        from .model import pick_device, pick_dtype
 
         tr = task.train
         device = pick_device(self.cfg)

@@ -20,10 +20,9 @@ from rbench_rankers.dense import (  # noqa: E402
     ContrieverRanker,
     DenseOptions,
     DenseRanker,
-    ResolvedModel,
     known_defaults,
-    resolve_model,
 )
+from rbench_rankers.models import ResolvedModel, resolve_folder  # noqa: E402
 from tests.helpers import make_queries  # noqa: E402
 
 WORDS = ("the a movie film space star war love story comedy drama action horror night day city "
@@ -198,12 +197,12 @@ def test_missing_hub_model_gives_a_clear_error(tmp_path, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path / "empty-hub"))
     with pytest.raises(RBenchError, match=r"cannot be reached.*--set model=/path/to/model"):
-        resolve_model("no-such-org/no-such-model")
+        resolve_folder("no-such-org/no-such-model")
     r = ContrieverRanker(context=RunContext(cache_dir=tmp_path, seed=0))
     with pytest.raises(RBenchError, match="facebook/contriever"):
         r.encode_pool(_pool(3))
     with pytest.raises(RBenchError, match="no such folder"):
-        resolve_model(str(tmp_path / "not" / "here"))
+        resolve_folder(str(tmp_path / "not" / "here"))
 
 
 def _minilm_path() -> Path:

@@ -25,7 +25,7 @@ from rbench.core.config import build_config  # noqa: E402
 from rbench.core.errors import RBenchError  # noqa: E402
 from rbench.engine.scan import scan  # noqa: E402
 from rbench_rankers.lranker.config import CPU_PRESET, LRankerConfig  # noqa: E402
-from rbench_rankers.lranker.model import LRankerModel, load_backbone, lora_target_names, resolve_model  # noqa: E402
+from rbench_rankers.lranker.model import LRankerModel, load_backbone, lora_target_names  # noqa: E402
 from rbench_rankers.lranker.ranker import LRankerRanker  # noqa: E402
 from tests.lranker_testkit import toy_task  # noqa: E402
 
@@ -589,14 +589,6 @@ def test_unreachable_hub_model_is_a_user_error(monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     with pytest.raises(RBenchError, match="--set model=/path/to/dir"):
         load_backbone(LRankerConfig(model="no-such-org/no-such-model-xyz"))
-
-
-def test_resolve_model_paths(tmp_path):
-    f = tmp_path / "m.gguf"
-    f.write_bytes(b"GGUF")
-    assert resolve_model(str(f)) == (str(tmp_path.resolve()), "m.gguf")
-    assert resolve_model(str(tmp_path), "x.gguf") == (str(tmp_path.resolve()), "x.gguf")
-    assert resolve_model("Qwen/Qwen3-0.6B") == ("Qwen/Qwen3-0.6B", None)
 
 
 def test_listing_the_plugin_does_not_import_torch():

@@ -1,18 +1,19 @@
 """``TransformersBackend``: a Hugging Face causal LM run in process (CPU or GPU).
 
 - Model: a local folder (config, tokenizer, weights), a ``.gguf`` file (transformers dequantises
-  it; ``gguf_file=`` names the file inside a folder), a hub id (local files first), or an offline
-  alias resolved by LRanker's ``resolve_model`` (``smollm2-135m`` -> the SmolLM2-135M-Instruct
-  Q4_1 GGUF in the offline model folder). The model is loaded on first use, so a run answered
-  entirely from the response cache never loads it.
+  it; ``gguf_file=`` names the file inside a folder), a hub id (the local Hugging Face cache only),
+  or an offline alias (``smollm2-135m`` -> the SmolLM2-135M-Instruct Q4_1 GGUF in the offline model
+  folder), all resolved by ``rbench_rankers.models``. The model is loaded on first use, so a run
+  answered entirely from the response cache never loads it.
 - ``chat``: the tokenizer's chat template (``add_generation_prompt=True``), left padding, batches of
   ``batch_size``; greedy (``do_sample=False``) when ``temperature == 0``, else sampling after
   ``torch.manual_seed(decoding.seed)``. Generation stops at EOS or at a stop string, and the text is
   cut before the first stop string. ``tokens_in`` = the prompt's tokens (padding excluded);
   ``tokens_out`` = generated tokens up to and including the first EOS; ``seconds`` = the batch's
   wall time split evenly over its requests.
-- Identity: the weights are identified by a sha256 of their files' **contents** (``file_digest``,
-  cached by (path, size, mtime)), so a replaced file of the same size is a new model to the cache.
+- Identity: the weights are identified by a sha256 of their files' **contents**
+  (``rbench_rankers.models.weights_digest``), so a replaced file of the same size is a new model to
+  the cache.
 - A chat whose last message is the assistant's is *continued* (``continue_final_message``): a
   primed answer (``supports_prefill``), as PRP primes the noun and IRanker its ``<think>``.
 - ``continuation_logprobs``: the mean log-probability of a continuation (pointwise query
@@ -27,98 +28,13 @@
 
 from __future__ import annotations
 
-import hashlib
 import time
-from pathlib import Path
 from typing import Any
 
 from rbench.plugin import RBenchError
+from rbench_rankers.models import from_pretrained, home_as_tilde, resolve_model, weights_digest
 
 from . import Chat, Completion, Decoding, NextTokenScores
-
-
-def _quiet(message: str) -> str:
-    """Messages name the user's home as ``~`` (no absolute paths outside the repo)."""
-    home = str(Path.home())
-    return message.replace(home, "~") if home not in ("", "/") else message
-
-
-def resolve(model: str, gguf_file: str | None = None) -> tuple[str, str | None]:
-    """``model`` -> (folder or hub id, GGUF file name or None); offline aliases as in LRanker."""
-    try:
-        from rbench_rankers.lranker.model import resolve_model  # imports torch: kept lazy
-    except ImportError as exc:  # pragma: no cover - torch missing
-        raise RBenchError(f"the transformers backend needs torch and transformers ({exc}): "
-                          "pip install 'rbench[lranker]'") from exc
-    try:
-        return resolve_model(model, gguf_file)
-    except RBenchError as exc:
-        raise RBenchError(_quiet(str(exc))) from None
-
-
-_DIGESTS: dict[tuple[str, int, int], str] = {}  # (path, size, mtime_ns) -> sha256, this process
-
-
-def _digest_store() -> Path:
-    import os
-
-    root = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
-    return root / "rbench" / "weights-digests.json"
-
-
-def file_digest(path: Path) -> str:
-    """sha256 of a file's contents, remembered by (absolute path, size, mtime) in this process and
-    in ``~/.cache/rbench/weights-digests.json``, so a multi-GB weights file is hashed once, and
-    again only when it changes (a changed size or mtime is a new entry)."""
-    import json
-
-    st = path.stat()
-    key = (str(path.resolve()), int(st.st_size), int(st.st_mtime_ns))
-    if key in _DIGESTS:
-        return _DIGESTS[key]
-    store = _digest_store()
-    skey = f"{key[0]}|{key[1]}|{key[2]}"
-    try:
-        known = json.loads(store.read_text(encoding="utf-8"))
-        if not isinstance(known, dict):
-            known = {}
-    except (OSError, ValueError):
-        known = {}
-    digest = known.get(skey)
-    if not isinstance(digest, str) or len(digest) != 64:
-        h = hashlib.sha256()
-        with open(path, "rb") as f:
-            for block in iter(lambda: f.read(1 << 22), b""):
-                h.update(block)
-        digest = h.hexdigest()
-        known[skey] = digest
-        try:
-            store.parent.mkdir(parents=True, exist_ok=True)
-            tmp = store.with_suffix(f".{id(known)}.tmp")
-            tmp.write_text(json.dumps(known, sort_keys=True), encoding="utf-8")
-            tmp.replace(store)
-        except OSError:  # a read-only home: hash again next time, never fail a run for it
-            pass
-    _DIGESTS[key] = digest
-    return digest
-
-
-def weights_digest(model: str, gguf_file: str | None = None) -> str:
-    """A digest of the **contents** of the weight/tokenizer/config files (16 hex digits), or
-    ``""`` for a hub id with no local folder. Only the named GGUF counts when a folder holds
-    several. Each file's sha256 is cached by (path, size, mtime) (``file_digest``)."""
-    where, gguf = resolve(model, gguf_file)
-    path = Path(where)
-    if not path.is_dir():
-        return ""
-    files = sorted(p for p in path.iterdir() if p.is_file() and p.suffix in (
-        ".json", ".safetensors", ".bin", ".gguf", ".txt", ".model", ".jinja"))
-    if gguf:
-        files = [p for p in files if p.suffix != ".gguf" or p.name == gguf]
-    h = hashlib.sha256()
-    for p in files:
-        h.update(f"{p.name}:{file_digest(p)}\n".encode())
-    return h.hexdigest()[:16]
 
 
 def template_text(tok: Any, chat: Chat) -> str:
@@ -170,7 +86,7 @@ class TransformersBackend:
 
     def identity(self) -> dict[str, Any]:
         if self._identity is None:
-            where, gguf = resolve(self.model_name, self.gguf_file)
+            where, gguf = resolve_model(self.model_name, self.gguf_file)
             ident: dict[str, Any] = {"backend": "transformers", "model": self.model_name,
                                      "weights": weights_digest(self.model_name, self.gguf_file),
                                      "dtype": self._dtype_name(), "device": self._device().split(":")[0]}
@@ -188,20 +104,18 @@ class TransformersBackend:
         import torch
         from transformers import AutoModelForCausalLM, AutoTokenizer
 
-        where, gguf = resolve(self.model_name, self.gguf_file)
+        where, gguf = resolve_model(self.model_name, self.gguf_file)
         extra: dict[str, Any] = {"trust_remote_code": self.trust_remote_code}
         if gguf:
             extra["gguf_file"] = gguf
         if self.revision:
             extra["revision"] = self.revision
-        if not Path(where).exists():
-            extra["local_files_only"] = True  # hub ids: the local HF cache only (no network here)
         dtype = getattr(torch, self._dtype_name())
-        try:
-            tok = AutoTokenizer.from_pretrained(where, **extra)
-            model = AutoModelForCausalLM.from_pretrained(where, dtype=dtype, **extra)
+        try:  # hub ids: the local HF cache only (hub=False: no network here)
+            tok = from_pretrained(AutoTokenizer, where, hub=False, **extra)
+            model = from_pretrained(AutoModelForCausalLM, where, hub=False, dtype=dtype, **extra)
         except (OSError, ValueError) as exc:
-            raise RBenchError(_quiet(
+            raise RBenchError(home_as_tilde(
                 f"cannot load the language model {self.model_name!r} ({type(exc).__name__}: "
                 f"{str(exc).splitlines()[0][:200] if str(exc) else ''}); pass a local folder or a .gguf file"
             )) from exc

@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from rbench.plugin import RBenchError
+from rbench_rankers.models import resolve_model, weights_digest
 
 from . import Chat, Completion, Decoding, NextTokenScores
 
@@ -44,9 +45,7 @@ class VLLMBackend:
             raise RBenchError(f"the vllm backend runs on CUDA GPUs (device={device!r}); use backend=transformers")
         self.batch_size = int(batch_size)  # requests per CachedBackend chunk (vLLM batches them itself)
         vllm = import_vllm()
-        from .transformers import resolve, weights_digest
-
-        where, gguf = resolve(model, gguf_file)
+        where, gguf = resolve_model(model, gguf_file)
         target = f"{where}/{gguf}" if gguf else where
         self.model_name, self.dtype = model, dtype
         self._identity = {"backend": "vllm", "model": model, "weights": weights_digest(model, gguf_file),

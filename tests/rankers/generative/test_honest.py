@@ -439,13 +439,13 @@ def test_answers_of_the_wrong_form_are_never_cached(tmp_path):
 
 
 def test_weights_digest_reads_contents(tmp_path, monkeypatch):
-    import rbench_rankers.generative.backends.transformers as hf
+    import rbench_rankers.models as hf
 
     folder = tmp_path / "m"
     folder.mkdir()
     (folder / "model.safetensors").write_bytes(b"a" * 64)
     (folder / "config.json").write_text("{}")
-    monkeypatch.setattr(hf, "resolve", lambda model, gguf=None: (str(folder), None))
+    monkeypatch.setattr(hf, "resolve_model", lambda model, gguf=None: (str(folder), None))
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
     first = hf.weights_digest("m")
     import os
