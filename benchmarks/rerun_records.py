@@ -1,14 +1,14 @@
 """Re-run the runs that RunRecords describe, with the CLI, into the folder they came from.
 
-    python benchmarks/rerun_records.py results/large/ml-100k/pop.json ...   # run them
-    python benchmarks/rerun_records.py --print results/**/*.json            # only print the commands
+    python benchmarks/rerun_records.py records/large/ml-100k/pop.json ...   # run them
+    python benchmarks/rerun_records.py --print records/**/*.json            # only print the commands
 
 Each record becomes one ``rbench run`` command: its ranker, task, variant, seed, test-query
 sample, its whole effective ranker and task config (``--set``), two-stage spec (``--rerank-from``,
 ``--rerank-depth``), the measures it asked for by name (``--measure``) and results folder (the record's path minus ``<scenario>/<task>/<file>``).
 ``--overwrite only-missing`` re-runs exactly the records that are stale (another evaluation
-protocol, ranker code, config or data) and keeps the rest. This is how the committed records are
-regenerated when ``rbench.core.protocol.PROTOCOL_VERSION`` moves.
+protocol, ranker code, config or data) and keeps the rest. This is how the committed reference
+records (``records/``) are regenerated when ``rbench.core.protocol.PROTOCOL_VERSION`` moves.
 """
 
 from __future__ import annotations

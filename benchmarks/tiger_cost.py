@@ -2,7 +2,7 @@
 
 Two parts:
 
-1. **From the RunRecords** (``results/<scenario>/<task>/tiger*.json``, written by
+1. **From the RunRecords** (``records/<scenario>/<task>/tiger*.json``, written by
    ``rbench run --ranker tiger --task ml-100k|rec-music --set preset=cpu``): training seconds per
    epoch (training steps only, validation excluded), validation time, scoring ms/query, peak RSS,
    nDCG@10 and MRR, with the pop / bm25 / sasrec rows of the same task for reference.
@@ -12,7 +12,7 @@ Two parts:
    (random embeddings), for both sizes.
 
 Usage:
-    python benchmarks/tiger_cost.py [--measure] [--results-dir results]
+    python benchmarks/tiger_cost.py [--measure] [--results-dir records]
 Prints a rich table and writes benchmarks/results/tiger_cost.md. ``--measure`` takes a few
 minutes: run it under ``flock /tmp/heavy.lock`` on a shared machine.
 """
@@ -112,7 +112,7 @@ def _shown(path: str) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--results-dir", default=str(ROOT / "results"))
+    ap.add_argument("--results-dir", default=str(ROOT / "records"))
     ap.add_argument("--measure", action="store_true")
     args = ap.parse_args()
     from rich.table import Table

@@ -6,6 +6,8 @@ import re
 import subprocess
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
@@ -50,3 +52,18 @@ def test_every_package_folder_is_installed():
         parts = init.parent.relative_to(ROOT).parts
         found.add(".".join([folders.get(parts[0], parts[0]), *parts[1:]]))
     assert found == set(setup["packages"])
+
+
+def test_the_reference_records_are_committed_in_records_and_a_users_runs_are_ignored():
+    """``records/`` holds the committed, CLI-generated reference records; ``results/`` is the CLI's
+    default output, a user's own runs, and must never be committed (it once was the committed
+    folder and collided with ``rbench/results/`` and ``benchmarks/results/``: issue 43)."""
+    try:
+        files = subprocess.run(["git", "ls-files", "records", "results"], cwd=ROOT, capture_output=True,
+                               text=True, check=True).stdout.splitlines()
+        ignored = subprocess.run(["git", "check-ignore", "-q", "results/large/ml-100k/pop.json"], cwd=ROOT)
+    except (OSError, subprocess.CalledProcessError):
+        pytest.skip("not a git checkout")
+    assert any(f.startswith("records/") and f.endswith(".json") for f in files)
+    assert [f for f in files if f.startswith("results/")] == []
+    assert ignored.returncode == 0, "results/ (the default --results-dir) must be git-ignored"

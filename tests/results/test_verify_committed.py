@@ -1,6 +1,6 @@
 """``rbench verify`` checks the committed pool-variant records for real (issue 40, item 3).
 
-The nine records under ``results/large/ml-100k~mixed`` and ``~scaled-*`` draw candidates from the
+The nine records under ``records/large/ml-100k~mixed`` and ``~scaled-*`` draw candidates from the
 MS MARCO (TREC DL19) pool. Issue 30's package move renamed the tag hashed into every variant's
 fingerprint ("rbench.pools v1" became "rbench.tasks.pools v1") with no change to any candidate,
 so ``verify`` found "other data" and skipped them. These tests load the donor from the shared DL19
@@ -38,7 +38,7 @@ def dl19(shared_data):
 
 
 def test_the_committed_variant_records_verify(capsys, dl19):
-    folders = [REPO / "results" / "large" / v for v in VARIANTS]
+    folders = [REPO / "records" / "large" / v for v in VARIANTS]
     n = sum(len(list(f.glob("*.json"))) for f in folders)
     assert n >= 9
     code, text, err = cli(capsys, "verify", *map(str, folders))
@@ -47,7 +47,7 @@ def test_the_committed_variant_records_verify(capsys, dl19):
 
 
 def test_a_forged_variant_record_fails(capsys, dl19, tmp_path):
-    src = REPO / "results" / "large" / "ml-100k~mixed"
+    src = REPO / "records" / "large" / "ml-100k~mixed"
     dst = tmp_path / "large" / "ml-100k~mixed"
     shutil.copytree(src, dst)
     rec = dst / "bm25.json"

@@ -531,7 +531,7 @@ def test_ml100k_fingerprint_is_unchanged():
     """Committed ml-100k results carry this fingerprint; extending the options must not move it."""
     import json as _json
 
-    rec = Path(__file__).resolve().parents[2] / "results" / "large" / "ml-100k" / "pop.json"
+    rec = Path(__file__).resolve().parents[2] / "records" / "large" / "ml-100k" / "pop.json"
     if not rec.exists():
         pytest.skip("no committed ml-100k result")
     assert load_task("ml-100k").fingerprint == _json.loads(rec.read_text())["task_fingerprint"]
