@@ -273,7 +273,7 @@ class Queries:
     never excluded. ``history`` is the ordered interaction history (pool indices) for
     recommendation tasks; ``user_ids`` name the user of each query there. The queries a ranker
     is scored on reach it as ``unlabelled()`` (``labelled`` False: no positives, grades,
-    exclusions or meta; docs/contract.md).
+    exclusions or meta; docs/reference/contract.md).
     """
 
     ids: NDArray[Any]
@@ -431,7 +431,7 @@ class Ranker(Protocol):
     all queries (returns shape (n_queries, len(candidates))) or a 2-D array with one row of pool
     indices per query (returns the same shape). Scores must be finite; higher is better.
 
-    What a ranker sees (docs/contract.md): ``fit`` gets ``TaskData.for_fit`` (train/valid with
+    What a ranker sees (docs/reference/contract.md): ``fit`` gets ``TaskData.for_fit`` (train/valid with
     labels, the evaluated split ``Queries.unlabelled``, private read-only copies); ``index`` gets
     ``Pool.for_ranker``; ``score`` gets each batch's ``Queries.unlabelled`` and a read-only copy of
     ``candidates``. What else the harness may read from a ranker, and the default when a ranker
@@ -481,7 +481,7 @@ class RankerTraits(Protocol):
     built as ``cls(config=..., context=RunContext(...))``, with whichever of the two its
     ``__init__`` takes (none: ``cls()``).
 
-    Adding an attribute the harness reads means declaring it here first (docs/development.md);
+    Adding an attribute the harness reads means declaring it here first (docs/reference/development.md);
     ``tests/test_ranker_contract.py`` fails on a read of anything that is not declared.
     """
 

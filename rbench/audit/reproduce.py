@@ -47,7 +47,7 @@ class RecipeRun:
     options: dict[str, dict[str, Any]] = field(default_factory=dict)  # profile -> options
     max_queries: dict[str, int] = field(default_factory=dict)  # profile -> sample size
     profiles: tuple[str, ...] = PROFILES
-    rerank_from: str | None = None  # a two-stage run (docs/reranking.md)
+    rerank_from: str | None = None  # a two-stage run (docs/guides/reranking.md)
     rerank_depth: int | None = None
     name: str = ""  # the row's name ("" : the ranker and its options)
 

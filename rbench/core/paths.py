@@ -37,7 +37,7 @@ def prepared_dir(task: str) -> Path:
 def cache_dir(*parts: str) -> Path:
     """Ranker caches (embeddings, indexes, RecBole checkpoints): ``cache_dir()`` is the folder a
     ranker is told to keep its files in (``RunContext.cache_dir``), so nothing derived from labels
-    is ever written in it or under it (docs/contract.md, "Folders")."""
+    is ever written in it or under it (docs/reference/contract.md, "Folders")."""
     return home() / "cache" / Path(*parts) if parts else home() / "cache"
 
 

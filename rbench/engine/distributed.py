@@ -4,7 +4,7 @@ Why Ray: it schedules stateful actors (one model replica per worker/GPU) and pla
 cluster with one call, Ray Data streams row batches through an actor pool with back-pressure,
 and it is already in the ``recsys`` environment (RecBole pulls it).
 
-Two environments (docs/scale.md): RecBole 1.2.1 pins ``ray<=2.6.3``, whose Ray Data imports
+Two environments (docs/guides/scale.md): RecBole 1.2.1 pins ``ray<=2.6.3``, whose Ray Data imports
 ``pkg_resources._vendor`` (gone from the setuptools torch 2.13 needs), so Ray Data cannot run
 beside the ``recsys`` extra. ``pip install 'rbench[distributed]'`` without ``recsys`` gets a
 current Ray whose Ray Data is used (``map_batches`` with an actor pool); in the ``recsys``

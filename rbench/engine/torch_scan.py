@@ -23,7 +23,7 @@ The rules are the engine's:
   value, a row whose two lowest selected values are equal (a tie that may straddle the cut) is
   selected again by an exact key, (the score's order-preserving int32 bits << 32) | (2^32 - 2 -
   pool index), and the running top-k is merged and finally sorted by that key.
-- a candidate identical to a positive ties with it (docs/scale.md): the positives' scores are
+- a candidate identical to a positive ties with it (docs/guides/scale.md): the positives' scores are
   read from the same GEMMs as every candidate's. The scanned columns are the positives' vectors
   (unique, shared pool; each row's own, per-query lists) followed by the pool (or the list), cut
   into chunks of one width, the last padded with zero vectors: every GEMM of a query batch has

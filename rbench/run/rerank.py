@@ -4,7 +4,7 @@
 Stage 1 is an ordinary engine evaluation of ranker S over the whole pool (exclusions applied):
 each query's top-N and the exact (pessimistic) rank of every positive. It is cached under
 ``paths.harness_dir("rerank")`` (the harness's own folder: never the rankers' ``cache_dir`` or under
-it, since the file holds positives' ranks; docs/contract.md), keyed by S's name, version and config, the pool's fingerprint, the
+it, since the file holds positives' ranks; docs/reference/contract.md), keyed by S's name, version and config, the pool's fingerprint, the
 variant, N, the seed and the evaluated queries. Stage 1 may also come from a TREC run file
 (``--rerank-from run:PATH``, gzipped or plain ``qid Q0 docid rank score tag``).
 

@@ -1,7 +1,7 @@
 """Ray path: sharded scoring and sharded embedding give exactly the single-process results
 (a local 2-CPU cluster started by the test). Runs in both install paths: the main environment
 (Ray 2.6.3 pinned by RecBole: the Ray core actor-pool backend) and the ``distributed`` one
-(current Ray: the Ray Data backend) — see docs/scale.md, "Two environments"."""
+(current Ray: the Ray Data backend) — see docs/guides/scale.md, "Two environments"."""
 
 from __future__ import annotations
 

@@ -145,7 +145,7 @@ def test_many_graded_positives_equal_the_engine():
 
 
 def test_twins_of_positives_tie_with_random_floats():
-    """A candidate identical to a positive ties with it (docs/scale.md) with scores that are not
+    """A candidate identical to a positive ties with it (docs/guides/scale.md) with scores that are not
     exact: the positives' scores come from the same GEMMs (same shape) as the candidates'."""
     rng = np.random.default_rng(7)
     emb, qv, queries = _data(rng, 2000, 40, 32, max_pos=2, n_excl=0)

@@ -1,7 +1,7 @@
 """Every function of the engine (``rbench/engine``, kernels included) and of the run pipeline
 (``rbench/run``: ``execute`` and the strategies) fits on one screen: at most ``LIMIT`` lines,
 decorators and docstring included, with no list of exceptions. A function that grows past it is
-split where it grows (docs/development.md: the pipeline)."""
+split where it grows (docs/reference/development.md: the pipeline)."""
 
 from __future__ import annotations
 
