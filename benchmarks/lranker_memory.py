@@ -115,7 +115,7 @@ def main() -> int:
                      f"{r['after_load_mib']:,.0f} MiB | {r['step_peak_mib']:,.0f} MiB | {own:,.0f} MiB | "
                      f"{own / base:.2f}x | {r['step_s']:.1f} s |")
     lines += ["", "\"Step's own\" is the step peak minus the RSS after loading: activations kept for backward, "
-              "gradients and AdamW's two moments. Step time: the second of two steps, one sample on 2 shared cores (indicative only). See docs/lranker.md (\"Memory\")."]
+              "gradients and AdamW's two moments. Step time: the second of two steps, one sample on 2 shared cores (indicative only). See docs/guides/lranker.md (\"Memory\")."]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
     return 0

@@ -127,7 +127,7 @@ def main() -> int:
     for k, lab in labels.items():
         lines.append(f"| {lab} | {dot[k]:,.3f} | {cos[k]:,.3f} |")
     lines += ["", "A largest probability near 1 with an effective support near 1 means the softmax is saturated: "
-              "the loss gradient reaches almost only the top-scored candidate. Read with docs/lranker.md "
+              "the loss gradient reaches almost only the top-scored candidate. Read with docs/guides/lranker.md "
               "(\"similarity\")."]
     Path(args.out).write_text("\n".join(lines) + "\n", encoding="utf-8")
     print("\n".join(lines))
