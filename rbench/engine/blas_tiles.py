@@ -25,6 +25,7 @@ from typing import Any
 import numpy as np
 
 from rbench.core.errors import RBenchError
+from rbench.engine.kernels.rowblocks import run_blocks
 
 TILE_COLS = 4096  # candidates a tile: a 1,024-query tile (16 MiB) stays in cache for its scan
 _U = 2.0**-24  # fp32's unit roundoff
@@ -146,11 +147,14 @@ def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndar
     buffers hold exact scores here; ``tiles``, ``pending``: this path's)."""
     e = cands.e
     norms = cands.norms if cands.norms is not None else tile_norms(e)
+    if e.flags.writeable:  # the kernel reads it: one compiled signature, memory-mapped pool or not
+        e = e.view()
+        e.flags.writeable = False
     B, C = len(q), len(e)
     if top.tiles is None or top.tiles.size < B * TILE_COLS:
         top.tiles = np.empty(B * TILE_COLS, dtype=np.float32)
     px, pc, pn, pt = _pending(top, B)
-    bad = np.zeros(max(1, n_threads), dtype=np.int64)
+    bad = 0
     eps = np.zeros(B)
     for c0 in range(0, C, TILE_COLS):
         c1 = min(C, c0 + TILE_COLS)
@@ -159,9 +163,9 @@ def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndar
         hi, lo = bands(thr, eps)
         gemm(q, e[c0:c1], tile)
         off, col = _exclusions(ex_off, ex_col, c0, c1)
-        kernels.tile_scan(tile, q, e, c0, int(a), thr, hi, lo, pos, off, col, bool(count_finite), higher, equal,
-                          finite, eps, top.k, top.scores, top.index, top.size, top.threshold, px, pc, pn, pt,
-                          c1 == C, bool(more), top.out_v, top.out_i, bad, n_threads)
-    if bad.any():
-        raise RBenchError(f"the tile GEMM ({backend()}) returned {int(bad.sum())} scores beyond the proven fp32 "
+        bad += sum(run_blocks(kernels.tile_scan, B, n_threads, tile, q, e, c0, int(a), thr, hi, lo, pos, off, col,
+                              bool(count_finite), higher, equal, finite, eps, top.k, top.scores, top.index, top.size,
+                              top.threshold, px, pc, pn, pt, c1 == C, bool(more), top.out_v, top.out_i))
+    if bad:
+        raise RBenchError(f"the tile GEMM ({backend()}) returned {bad} scores beyond the proven fp32 "
                           "error bound: set RBENCH_GEMM=own (rbench's own GEMM) and report it")

@@ -52,6 +52,7 @@ from typing import Any
 import numpy as np
 
 from rbench.core.errors import RBenchError
+from rbench.engine.kernels.rowblocks import run_blocks
 
 _LOCK = threading.Lock()  # one kernel launch at a time (numba's workqueue layer requires it)
 
@@ -164,8 +165,8 @@ def _writable(x: Any, dtype: Any) -> np.ndarray:
     vectors or positives' scores would compile a kernel afresh in the middle of a timed
     evaluation (``warmup`` compiles the writable types). These inputs are small (batch x d, batch
     x positives) or a gathered copy already (``pair_dots``' g): a copy, when one is made, costs
-    nothing. (The candidates ``pack`` reads may be a read-only memory map as large as the pool:
-    ``warmup`` compiles that type too rather than copy them.)"""
+    nothing. (The candidates ``pack`` and the BLAS tiles read may be a memory map as large as the
+    pool: those kernels take every candidate matrix read-only, a view, not a copy.)"""
     return np.require(x, dtype=dtype, requirements=("C", "W", "E"))
 
 
@@ -184,11 +185,13 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
         s, thr = s.astype(np.float64), thr.astype(np.float64)  # fp64 (exact: fp32 -> fp64 is)
     kernels = _kernels()
     s = np.ascontiguousarray(s)
+    if s.dtype.name not in _WARM and s.dtype.name in _WARMUPS:
+        _ready(s.dtype.name)  # the first chunk in this precision compiles its kernel (see ``warmup``)
     ri = s.view(np.int32) if s.dtype == np.float32 else np.empty((s.shape[0], 0), dtype=np.int32)
     with _LOCK:
-        kernels.scan(s, ri, int(a), thr, pos, bool(count_finite), higher, equal, finite, top.k,
-                     top.scores, top.index, top.size, top.threshold, top.strict, bool(more), not top.wide,
-                     top.out_v, top.out_i, kernels.threads())
+        run_blocks(kernels.scan, s.shape[0], kernels.threads(), s, ri, int(a), thr, pos, bool(count_finite), higher,
+                   equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict, bool(more),
+                   top.out_v, top.out_i)
     top.done = top.k > 0 and not more
 
 
@@ -249,14 +252,13 @@ def pack(e: Any, buf: np.ndarray | None = None) -> np.ndarray:
     fp32), in buf's memory when it is large enough, else in a spare buffer (``take_buffer``)."""
     kernels = _gemm_kernels()
     size = kernels.n_panels(len(e)) * e.shape[1] * kernels.NR
-    return kernels.pack(e, buf if buf is not None and buf.size >= size else take_buffer(size))
+    return kernels.pack(e, buf if buf is not None and buf.size >= size else take_buffer(size), _kernels().threads())
 
 
 def gemm(q: np.ndarray, packed: np.ndarray, out: np.ndarray) -> np.ndarray:
     """out (B x C, C-contiguous fp32) = q (B x d) @ the packed candidates' transpose."""
-    kernels = _gemm_kernels()
     with _LOCK:
-        kernels.gemm(_writable(q, np.float32), packed, out, _kernels().threads())
+        run_blocks(_gemm_kernels().gemm, len(q), _kernels().threads(), _writable(q, np.float32), packed, out)
     return out
 
 
@@ -264,7 +266,8 @@ def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
     """out[b, j] = q[b] . g[b, j] (q: B x d, g: B x m x d), the same bits as ``gemm`` for the pair."""
     out = np.empty(g.shape[:2], dtype=np.float32)
     with _LOCK:
-        _gemm_kernels().pair_dots(_writable(q, np.float32), _writable(g, np.float32), out)
+        run_blocks(_gemm_kernels().pair_dots, len(g), _kernels().threads(), _writable(q, np.float32),
+                   _writable(g, np.float32), out)
     return out
 
 
@@ -299,12 +302,18 @@ def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, 
 
 
 def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
-    """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded."""
+    """The top-k in rank order: (pool indices, fp64 scores), B x k, -1/-inf padded. Sorted here
+    only when the last scan left it unsorted (a batch whose chunks end before the pool does):
+    by numpy, a stable sort of each buffer (held in ascending pool index) by descending score,
+    so ties keep the lower pool index first and -0.0 ties with 0.0, as the kernels' radix sort
+    (a rare road: a kernel of its own cost seconds of compile on a fresh install)."""
     if not top.done:
-        kernels = _kernels()
-        with _LOCK:
-            kernels.finish(top.scores, top.index, top.size, top.k, not top.wide, top.out_v, top.out_i,
-                           kernels.threads())
+        width = top.scores.shape[1]
+        live = np.arange(width) < np.maximum(top.size, 0)[:, None]
+        order = np.argsort(np.where(live, -top.scores, np.inf), axis=1, kind="stable")[:, : top.k]
+        kept = np.take_along_axis(live, order, axis=1)
+        top.out_v[:] = np.where(kept, np.take_along_axis(top.scores, order, axis=1), -np.inf)
+        top.out_i[:] = np.where(kept, np.take_along_axis(top.index, order, axis=1), -1)
         top.done = True
     return top.out_i, top.out_v
 
@@ -313,23 +322,27 @@ def finish(top: TopK) -> tuple[np.ndarray, np.ndarray]:
 # warm-up: the kernels compiled before an evaluation is timed
 # ---------------------------------------------------------------------------------------------
 # numba compiles each kernel on first use, per signature (its argument types: dtypes, dimensions,
-# layout, read-only or not): ~100 s on this 2-core machine with an empty cache (``warmup``, all of
-# them), 0.25 s from numba's on-disk cache, numba's import included.
-# Timed inside an evaluation, that made a popularity run's 0.3 ms a query read 45 ms. ``warmup``
-# runs every signature the engine calls on tiny inputs, through the same wrappers as the engine
-# (so the same argument types), before the engine starts its clock; tests/engine/test_compile_time.py
-# checks that an evaluation afterwards compiles nothing.
+# layout, read-only or not), and loads it from numba's on-disk cache afterwards (0.25 s, numba's
+# import included). Timed inside an evaluation, a first compile made a popularity run's 0.3 ms a
+# query read 45 ms. ``warmup`` runs the kernels an evaluation's roads call on tiny inputs,
+# through the same wrappers as the engine (so the same argument types), before the engine
+# starts its clock; the scan of a ranker's scores is compiled for the precision of its first
+# chunk when that chunk comes (fp32 or fp64: each kernel is most of a fresh install's compile
+# wait, and a run needs one), timed apart all the same (``compile_seconds``).
+# tests/engine/test_compile_time.py checks that nothing is compiled outside a warm-up, and
+# benchmarks/compile_breakdown.py measures each kernel's compile on an empty cache.
 
 _WARM: set[str] = set()  # the groups of kernels warmed in this process
 _WARM_LOCK = threading.Lock()
 _WARM_DIM = 8  # the tiny inputs' vector length (any d > 0 compiles the same signatures)
+_CLOCK = threading.local()  # this thread's seconds in warm-ups, and whether one is running
 
 
 # Below this many scores an evaluation's scan runs on the numpy passes: the fused kernel would
 # save well under a second there, while compiling it on a fresh install (an empty numba cache)
-# costs about a minute and a half on two cores (the first `rbench run --ranker pop --task
-# ml-100k`, 943 x 1,682 scores, paid it in full). The numpy passes count ranks exactly as the
-# kernel does, so the choice moves no number (tests/engine/test_fused.py).
+# costs seconds (a minute and a half on two cores before issue 44; the first `rbench run
+# --ranker pop --task ml-100k`, 943 x 1,682 scores, paid it in full). The numpy passes count
+# ranks exactly as the kernel does, so the choice moves no number (tests/engine/test_fused.py).
 # ``RBENCH_FUSED_MIN_SCORES`` overrides it (the test suite sets 0, so that its small inputs run
 # through the kernel the large ones use).
 SMALL_SCAN = 50_000_000
@@ -344,35 +357,69 @@ def scan_pays(n_rows: int, width: int) -> bool:
     return int(n_rows) * int(width) >= (int(floor) if floor else SMALL_SCAN)
 
 
+def compile_seconds() -> float:
+    """The seconds this thread has spent in warm-ups so far (``warmup``, and a scan's first chunk
+    in a precision not compiled yet). A timer around an evaluation (or around a fit, which may
+    evaluate) takes the difference out of its seconds: they are ``compile_s``, not the ranker's."""
+    return float(getattr(_CLOCK, "spent", 0.0))
+
+
+def warming() -> bool:
+    """Whether this thread is inside a warm-up (the only place a kernel may compile)."""
+    return bool(getattr(_CLOCK, "warming", False))
+
+
 def warmup(scan: bool = True, gemm: bool = True) -> float:
-    """Compile (or load from numba's cache) every kernel signature the engine may call, once per
-    process; returns the seconds it took (0.0 when nothing was left to do: later calls cost a
-    lock and a set lookup). The engine calls it before timing an evaluation and records the
-    seconds as ``compile_s``, so that ``score_s`` is the ranker's cost, not the JIT's.
+    """Compile (or load from numba's cache) the kernels of the engine's roads, once per process;
+    returns the seconds it took (0.0 when nothing was left to do: later calls cost a lock and a
+    set lookup). The engine calls it before timing an evaluation and records the seconds as
+    ``compile_s``, so that ``score_s`` is the ranker's cost, not the JIT's.
 
     It follows the switches as the engine reads them: the fused scan only when ``enabled()``,
     rbench's GEMM only when ``own_gemm`` (independent of ``RBENCH_FUSED``), their fusion when
     both; numba not installed: nothing. A switch turned on later is warmed by the next call.
-    ``scan=False`` / ``gemm=False``: the caller will not use that kernel (a small scan, a ranker
-    without vectors), so it is not compiled: a fresh install's first small run compiles nothing."""
-    with _WARM_LOCK:
-        todo = [name for name, wanted in _groups(scan, gemm) if wanted and name not in _WARM]
-        if not todo:
-            return 0.0
-        t0 = time.perf_counter()
-        for name in todo:
-            _WARMUPS[name]()
-            _WARM.add(name)
-        return time.perf_counter() - t0
+    ``scan=False``: a small scan (the numpy passes), ``gemm=False``: a ranker without vectors;
+    what they would call is not compiled: a fresh install's first small run compiles nothing.
+    The scan of a ranker's scores is compiled by its first chunk (``scan``), per precision."""
+    return _warm([name for name, wanted in _groups(scan, gemm) if wanted])
 
 
 def _groups(scan: bool = True, gemm: bool = True) -> list[tuple[str, bool]]:
-    """(group, whether the engine would call it now), in the order they are warmed."""
+    """(group, whether the engine would call it now), in the order they are warmed: the
+    positives' dense scores (``pair_dots``); the dense scores written out (``pack``, ``gemm``:
+    small scans, and ``gemm_scan``'s packed operands); the dense scan on rbench's GEMM
+    (``RBENCH_GEMM=own``) or on BLAS tiles (the default)."""
     scan_on = scan and enabled()
     gemm_on = gemm and own_gemm(_WARM_DIM)
     tiles = gemm_on and tile_gemm()
-    return [("scan", scan_on), ("gemm", gemm_on), ("gemm_scan", scan_on and gemm_on and not tiles),
-            ("tile_scan", scan_on and tiles)]
+    return [("pair_dots", gemm_on), ("gemm", gemm_on and not (scan_on and tiles)),
+            ("gemm_scan", scan_on and gemm_on and not tiles), ("tile_scan", scan_on and tiles)]
+
+
+def _warm(names: list[str]) -> float:
+    """Run the named groups' warm-ups not run yet in this process; the seconds it took (added to
+    this thread's ``compile_seconds``)."""
+    t0 = time.perf_counter()
+    with _WARM_LOCK:
+        todo = [name for name in names if name not in _WARM]
+        if not todo:
+            return 0.0
+        _CLOCK.warming = True
+        try:
+            for name in todo:
+                _WARMUPS[name]()
+                _WARM.add(name)
+        finally:
+            _CLOCK.warming = False
+    spent = time.perf_counter() - t0
+    _CLOCK.spent = compile_seconds() + spent
+    return spent
+
+
+def _ready(name: str) -> None:
+    """Group ``name`` warmed before its first use (unless this is a warm-up's own call)."""
+    if not warming():
+        _warm([name])
 
 
 def _tiny_counts(n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
@@ -384,22 +431,17 @@ def _tiny_counts(n_rows: int) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.nd
     return np.zeros((n_rows, 1)), pos, higher, equal, np.zeros(n_rows, dtype=np.int64)
 
 
-def _warm_scan() -> None:
-    """``scan`` in both score precisions (a ranker's fp32 / fp64 scores; fp32 after fp64 is
+def _warm_scan(dtype: Any) -> None:
+    """``scan`` of scores in one precision (a ranker's fp32 or fp64 scores; fp32 after fp64 is
     scanned in fp64), without and with a top-k, over two chunks (the second the last, which
-    sorts), and ``finish``. The flags (exclusions, ``more``) and k are values, not types: one
-    compilation serves them all, but each is run once here all the same."""
-    for dtype in (np.float32, np.float64):
-        for k in (0, 3):
-            s = np.arange(16, dtype=dtype).reshape(2, 8)
-            thr, pos, higher, equal, finite = _tiny_counts(2)
-            top = TopK(2, k)
-            scan(s, 0, thr, pos, True, higher, equal, finite, top, more=True)
-            scan(s.copy(), 8, thr, pos, False, higher, equal, finite, top, more=False)
-            top = TopK(2, k)
-            scan(s, 0, thr, pos, False, higher, equal, finite, top, more=True)
-            if k:
-                finish(top)
+    sorts). The flags (exclusions, ``more``) and k are values, not types: one compilation
+    serves them all, but each is run once here all the same."""
+    for k in (0, 3):
+        s = np.arange(16, dtype=dtype).reshape(2, 8)
+        thr, pos, higher, equal, finite = _tiny_counts(2)
+        top = TopK(2, k)
+        scan(s, 0, thr, pos, True, higher, equal, finite, top, more=True)
+        scan(s.copy(), 8, thr, pos, False, higher, equal, finite, top, more=False)
 
 
 def _tiny_packed(e: np.ndarray) -> np.ndarray:
@@ -410,16 +452,16 @@ def _tiny_packed(e: np.ndarray) -> np.ndarray:
 
 
 def _warm_gemm() -> None:
-    """``pack`` (writable candidates, and read-only ones: a memory-mapped embedding matrix is
-    packed straight from its pages), ``gemm`` and ``pair_dots`` (per-query lists, positives)."""
+    """``pack`` (it reads every candidate matrix as read-only: one signature, memory-mapped or
+    not) and ``gemm``."""
     e = np.ones((20, _WARM_DIM), dtype=np.float32)
-    frozen = e.copy()
-    frozen.flags.writeable = False
-    _tiny_packed(frozen)
-    packed = _tiny_packed(e)
     q = np.ones((2, _WARM_DIM), dtype=np.float32)
-    gemm(q, packed, np.empty((2, len(e)), dtype=np.float32))
-    pair_dots(q, np.ones((2, 3, _WARM_DIM), dtype=np.float32))
+    gemm(q, _tiny_packed(e), np.empty((2, len(e)), dtype=np.float32))
+
+
+def _warm_pair_dots() -> None:
+    """``pair_dots``: the positives' scores (and per-query lists') by rbench's arithmetic."""
+    pair_dots(np.ones((2, _WARM_DIM), dtype=np.float32), np.ones((2, 3, _WARM_DIM), dtype=np.float32))
 
 
 def _scan_two_parts(first: Any, second: Any, n: int) -> None:
@@ -442,14 +484,14 @@ def _warm_gemm_scan() -> None:
 
 
 def _warm_tile_scan() -> None:
-    """``gemm_scan`` on BLAS tiles (raw candidates, writable and read-only: a memory-mapped pool's
-    chunk is read in place)."""
+    """``gemm_scan`` on BLAS tiles (raw candidates; ``blas_tiles.scan`` reads them as read-only:
+    one signature, a memory-mapped pool's chunk or not)."""
     from rbench.engine.blas_tiles import Candidates
 
     raw = np.ones((20, _WARM_DIM), dtype=np.float32)
-    frozen = raw.copy()
-    frozen.flags.writeable = False
-    _scan_two_parts(Candidates(raw), Candidates(frozen), len(raw))
+    _scan_two_parts(Candidates(raw), Candidates(raw), len(raw))
 
 
-_WARMUPS = {"scan": _warm_scan, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan, "tile_scan": _warm_tile_scan}
+_WARMUPS = {"float32": lambda: _warm_scan(np.float32), "float64": lambda: _warm_scan(np.float64),
+            "pair_dots": _warm_pair_dots, "gemm": _warm_gemm, "gemm_scan": _warm_gemm_scan,
+            "tile_scan": _warm_tile_scan}

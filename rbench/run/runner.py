@@ -329,7 +329,8 @@ def execute(plan: RunPlan, progress: Progress = no_progress) -> RunOutcome | Non
         if kept is not None:
             return kept
     compile_s = _prepare(plan, ranker, data)
-    fit_s = _fit(plan, ranker, data, progress)
+    fit_s, fit_compile_s = _fit(plan, ranker, data, progress)
+    compile_s += fit_compile_s
     rss["fit"] = peak_rss_bytes()
     if world.launched:
         _leave(owned)
@@ -378,22 +379,25 @@ def _prepare(plan: RunPlan, ranker: Any, data: TaskData) -> float:
     """What must hold before the fit, and the engine's kernels this run's scoring calls, compiled
     before any timer (a fit may evaluate on valid): the fused scan only for a scan large enough to
     pay for its compile, rbench's GEMM only for a ranker that scores by vectors
-    (``rbench.engine.fused.scan_pays``). Returns the compile seconds."""
+    (``rbench.engine.fused.scan_pays``; the scan of a ranker's own scores compiles when its first
+    chunk comes, timed apart by the engine). Returns the compile seconds."""
     if plan.rerank is None and data.test.candidates is None:  # refused before the fit, not after
         require_one_call(plan.ranker, bool(getattr(ranker, "set_dependent", False)), len(data.pool), plan.chunk_size)
     width = data.test.candidates.shape[1] if data.test.candidates is not None else len(data.pool)
     return fused.warmup(scan=fused.scan_pays(len(data.test), width), gemm=is_embedding_ranker(ranker))
 
 
-def _fit(plan: RunPlan, ranker: Any, data: TaskData, progress: Progress) -> float:
-    """Fit the ranker on the data without the test labels; the seconds it took."""
+def _fit(plan: RunPlan, ranker: Any, data: TaskData, progress: Progress) -> tuple[float, float]:
+    """Fit the ranker on the data without the test labels; the seconds it took, and the seconds
+    of them that kernels spent compiling (a fit that evaluates on valid may compile the scan of
+    its scores: ``fused.compile_seconds``), taken out of the first."""
     view = data.for_fit()  # a copy without the test labels (the runner keeps ``data``), made before the timer
-    t0 = time.perf_counter()
+    t0, compiled = time.perf_counter(), fused.compile_seconds()
     step = progress(f"fitting {plan.ranker}", 1)
     ranker.fit(view)
-    fit_s = time.perf_counter() - t0
+    fit_s, compile_s = time.perf_counter() - t0, fused.compile_seconds() - compiled
     step(1)
-    return fit_s
+    return fit_s - compile_s, compile_s
 
 
 def _existing(plan: RunPlan, slot: RecordSlot, fingerprint: str,

@@ -188,6 +188,43 @@ def test_shards(monkeypatch):
                         chunk_size=2048, topk=100)
 
 
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("case", ["gaussian", "ties", "signed_zeros", "few_finite"])
+def test_finish_sorts_as_the_kernel_does(dtype, case):
+    """``fused.finish`` (numpy: a top-k the last scan left unsorted) equals the kernel's own
+    sort (the same chunks, the last scanned with more=False): score descending, ties to the
+    lower pool index, -0.0 tied with 0.0, -1/-inf past the finite candidates."""
+    rng = np.random.default_rng(21)
+    n_q, n_pool, k = 5, 3000, 60
+    s = rng.standard_normal((n_q, n_pool))
+    if case == "ties":
+        s = rng.integers(0, 4, (n_q, n_pool)).astype(float)
+    elif case == "signed_zeros":
+        s = np.where(rng.random((n_q, n_pool)) < 0.5, -rng.random((n_q, n_pool)), 0.0)
+        s[:, ::3] = -0.0
+    elif case == "few_finite":
+        s[rng.random((n_q, n_pool)) < 0.99] = -np.inf  # (excluded: ~30 finite a row, k = 60)
+    s = s.astype(dtype)
+    pos = np.zeros((n_q, 1), dtype=np.int64)
+
+    def topk(sort_by_kernel: bool) -> tuple[np.ndarray, np.ndarray]:
+        top = fused.TopK(n_q, k)
+        higher, equal = np.zeros((n_q, 1), dtype=np.int64), np.zeros((n_q, 1), dtype=np.int64)
+        finite = np.zeros(n_q, dtype=np.int64)
+        for a in (0, 1000, 2000):
+            more = a < 2000 or not sort_by_kernel
+            fused.scan(s[:, a : a + 1000].copy(), a, s[:, :1], pos, True, higher, equal, finite, top, more=more)
+        assert top.done == sort_by_kernel
+        idx, val = fused.finish(top)
+        return idx.copy(), val.copy()
+
+    (i_np, v_np), (i_kernel, v_kernel) = topk(False), topk(True)
+    np.testing.assert_array_equal(i_np, i_kernel)
+    np.testing.assert_array_equal(v_np, v_kernel)
+    if case == "few_finite":
+        assert (i_np == -1).any() and np.isneginf(v_np[i_np == -1]).all()
+
+
 # The block-maxima threshold (fp32 chunks of >= k blocks of 64 scores): the k-th largest block
 # maximum (to a histogram bucket) is reached by >= k scores, so the top-k lies at or above it.
 

@@ -9,7 +9,13 @@ are written in LLVM IR (``block_maxima_ir``, ``ge_mask``: a float max tree, vect
 their sign masks), elsewhere a threshold comes from a strided sample of the row, a vectorised
 pass flags the scores at or above it (one byte each), and a scalar look visits the few 32-byte
 spans of flags that hold any. Rows are split into one contiguous block per thread, so that each
-thread allocates its scratch once per call."""
+thread allocates its scratch once per call: each kernel call runs one block, on the threads of
+``rowblocks`` (not numba's ``parallel=True``, whose compile doubled the kernels': issue 44).
+
+Compile time (a fresh install compiles ``scan`` for the precision of a ranker's scores, once):
+numba's ``inline="always"`` inlines a helper's IR at every call site and compiles each copy
+anew, so the helpers are called from few sites (``topk_row`` loops over its thresholds rather
+than writing each try out); ``benchmarks/compile_breakdown.py`` measures each kernel."""
 
 from __future__ import annotations
 
@@ -18,8 +24,8 @@ import os
 import numba
 import numpy as np
 
-# Threads: the engine alternates BLAS GEMMs (OpenBLAS's threads) with these kernels. numba's
-# default OpenMP layer (GNU libgomp) leaves its threads spinning after each kernel, on the cores
+# Threads of ``gemm_scan`` (RBENCH_GEMM=own; the one parallel kernel left): the engine alternates
+# BLAS GEMMs (OpenBLAS's threads) with the kernels. numba's default OpenMP layer (GNU libgomp) leaves its threads spinning after each kernel, on the cores
 # the next GEMM needs (and OpenBLAS's spin on the kernel's): on 2 cores that cost 10-15% of a
 # d = 128 evaluation, and doubled it with many chunks. numba's own workqueue layer sleeps
 # between launches. Chosen only if nobody chose a layer (``NUMBA_THREADING_LAYER``) and takes
@@ -31,11 +37,12 @@ from llvmlite import ir
 from numba import types
 from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
-from numba.extending import intrinsic
+from numba.extending import intrinsic, overload
 
 # (numba's on-disk cache keys gemm_scan on this file alone: after changing the kernels.gemm helpers
 # it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
 from rbench.engine.kernels.gemm import MC, MR, NR, block_product, pack_rows
+from rbench.engine.kernels.pipeline import SIMPLIFIED
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
 
@@ -327,7 +334,7 @@ def fp32_key(x):
     return np.int32(key + np.int32(key == np.int32(-1)))
 
 
-@numba.njit(cache=True)  # (not inlined, as collect_blocks: called once a row, and the callers' code stays small)
+@numba.njit(inline="always")  # (inlined into the block path alone, ``_first_by_blocks``, as collect_blocks)
 def block_maxima(row, ri, bm, p, count):
     """bm[b] = the largest key of the row's b-th block of BLOCK scores (the last, shorter block
     included), where key is the int32 order-preserving map of the fp32 bits, -0.0 mapped with
@@ -407,15 +414,16 @@ def append_capped(bv, bi, n, x, i):
     return n + 1
 
 
-@numba.njit(cache=True)
+@numba.njit(inline="always")
 def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
     """The first chunk's candidates at or above the block threshold t_key, in ascending pool
     index: only the blocks whose maximum reaches it are looked at (their indices gathered first
     into sel without a branch per block: which blocks qualify is random), each full block by one
     64-bit mask of its scores >= the threshold (``ge_mask``), the set bits found by trailing
-    zeros. About k + k/6 are found (no compaction): they are written straight into the buffer;
-    should they overflow it (heavy ties at the threshold), the blocks are collected again through
-    ``take``, which compacts. tr: the row dtype's 1-element scratch. Returns (n, t, strict)."""
+    zeros. About k + k/6 are found (no compaction): they are written straight into the buffer.
+    tr: the row dtype's 1-element scratch. Returns (n, t); should they overflow the buffer (heavy
+    ties at the threshold: n exceeds its room), the caller collects the row's scores >= t again
+    through ``take``, which compacts (one collection written in the kernel, not two)."""
     kk = np.int32(t_key)
     ti = tr.view(np.int32)
     ti[0] = np.int32(kk ^ np.int32(np.int32(kk >> np.int32(31)) & np.int32(0x7FFFFFFF)))
@@ -439,22 +447,14 @@ def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
             for c in range(c0, C):
                 if row[c] >= tt:
                     n = append_capped(bv, bi, n, row[c], a + c)
-    if n <= bv.shape[0]:
-        return n, np.float64(tt), False
-    t = np.float64(tt)  # overflow: again, compacting on the way
-    strict = False
-    n = 0
-    for j in range(ns):
-        c0 = sel[j] * BLOCK
-        for c in range(c0, min(C, c0 + BLOCK)):
-            n, t, tt, strict = take(row, c, a, k, bv, bi, n, t, tt, strict, tr)
-    return n, t, strict
+    return n, np.float64(tt)  # (n > the buffer's room: it overflowed)
 
 
 @numba.njit(inline="always")
-def flag_rank(row, t, strict, fl, r, thr, higher, equal):
-    """Flag the row's scores against t, counting the first positive's higher/equal on the way."""
-    if thr.shape[1] > 0:
+def flag_rank(row, t, strict, fl, r, thr, higher, equal, count):
+    """Flag the row's scores against t, counting the first positive's higher/equal on the way
+    (when ``count``)."""
+    if count and thr.shape[1] > 0:
         h, e = flag_count(row, t, strict, fl, thr[r, 0])
         higher[r, 0] += h
         equal[r, 0] += e
@@ -462,50 +462,77 @@ def flag_rank(row, t, strict, fl, r, thr, higher, equal):
         flag(row, t, strict, fl)
 
 
-@numba.njit(inline="always")
-def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, rowi, bm, hist, sel):
-    """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
-    way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
-    others one estimated from a sample and kept only if
-    at least k scores reach it (so the top-k lies at or above it); otherwise a lower one, then
-    every finite candidate. Later chunks collect what reaches the row's current threshold.
-    Returns (n, t, strict)."""
-    if n >= 0:
-        tr[0] = t
-        flag_rank(row, tr[0], strict, fl, r, thr, higher, equal)
-        return collect(row, a, fl, t, strict, k, bv, bi, n, tr)
-    if rowi.shape[0] > 0 and row.shape[0] // BLOCK >= k:  # fp32 rows of >= k blocks: block maxima
+def first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+    """A row's first chunk by the block-maxima threshold (``_first_by_blocks`` compiles it by
+    the row's type)."""
+    raise NotImplementedError("numba only")
+
+
+@overload(first_by_blocks)
+def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+    """Compiled for fp32 rows only: an fp64 row never takes the block path (its int32 view is
+    empty), so its kernel leaves the path out rather than compile it (a fifth of its compile).
+    Returns (state, n, t, strict): 0, the path is not taken (a row shorter than k blocks);
+    1, done (the collection's n, t, strict); 2, the buffer overflowed: collect the scores >= t;
+    3, fewer than k blocks hold a finite score: collect every finite one. The first positive's
+    rank is counted on the way (states 1-3)."""
+    if not (isinstance(row, types.Array) and row.dtype == types.float32):
+        def no_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+            return 0, 0, -np.inf, False
+        return no_blocks
+
+    def blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+        if rowi.shape[0] == 0 or row.shape[0] // BLOCK < k:
+            return 0, 0, -np.inf, False
         count = thr.shape[1] > 0
         nb, h, e = block_maxima(row, rowi, bm, thr[r, 0] if count else row[0], count)
         if count:
             higher[r, 0] += h
             equal[r, 0] += e
         found, t_key = block_threshold(bm, nb, k, hist)
-        if found:
-            return collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel)
-        tr[0] = -np.inf  # fewer than k blocks hold a finite score: every finite candidate
-        flag(row, tr[0], True, fl)
-        return collect(row, a, fl, -np.inf, True, k, bv, bi, 0, tr)
-    t, ns, m = sample_threshold(row, k, sample)
-    if t != -np.inf:
+        if not found:
+            return 3, 0, -np.inf, True
+        n, t = collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel)
+        if n > bv.shape[0]:
+            return 2, 0, t, False
+        return 1, n, t, False
+
+    return blocks
+
+
+@numba.njit(inline="always")
+def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, rowi, bm, hist, sel):
+    """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
+    way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
+    others one estimated from a sample and kept only if at least k scores reach it (so the top-k
+    lies at or above it); otherwise a lower one, then every finite candidate (-inf ones never
+    enter: excluded, or padding). Later chunks collect what reaches the row's current threshold.
+    One flag pass and one collection written, in a loop over the thresholds tried: each call
+    site of an inlined helper is compiled anew (four collections written out cost a fifth of
+    the kernel's compile). Returns (n, t, strict)."""
+    counted = False  # the first positive's rank: counted by the first pass over the row
+    first = n < 0
+    ns = m = 0
+    if first:
+        state, n, t, strict = first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr)
+        if state == 1:
+            return n, t, strict
+        counted = state > 0
+        if state == 0:
+            t, ns, m = sample_threshold(row, k, sample)
+            strict = t == -np.inf  # (no sample: every finite candidate)
+    while True:
         tr[0] = t
-        flag_rank(row, tr[0], False, fl, r, thr, higher, equal)
-        n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
-        if n >= k:
-            return n, t2, strict
-        t = kth_largest(sample, ns, min(ns, 4 * m))  # unlucky sample: a lower threshold
-        if t != -np.inf:
-            tr[0] = t
-            flag(row, tr[0], False, fl)
-            n, t2, strict = collect(row, a, fl, t, False, k, bv, bi, 0, tr)
-            if n >= k:
-                return n, t2, strict
-        tr[0] = -np.inf  # every finite candidate (-inf ones never enter: excluded, or padding)
-        flag(row, tr[0], True, fl)
-    else:
-        tr[0] = -np.inf
-        flag_rank(row, tr[0], True, fl, r, thr, higher, equal)
-    return collect(row, a, fl, -np.inf, True, k, bv, bi, 0, tr)
+        flag_rank(row, tr[0], strict, fl, r, thr, higher, equal, not counted)
+        counted = True
+        got, t2, strict2 = collect(row, a, fl, t, strict, k, bv, bi, n, tr)
+        if not first or got >= k or t == -np.inf:
+            return got, t2, strict2
+        t = -np.inf  # an unlucky sample: a lower threshold from it, then every finite candidate
+        if ns > 0:
+            t = kth_largest(sample, ns, min(ns, 4 * m))
+            ns = 0
+        strict = t == -np.inf
 
 
 @numba.njit(inline="always")
@@ -549,7 +576,7 @@ def row_scratch(s, k, bv, more):
 
 @numba.njit(inline="always")
 def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
-             narrow, out_v, out_i, scratch):
+             out_v, out_i, scratch):
     """Row r's visit of ``scan`` (row: its scores in this chunk, rowi: their int32 view when fp32,
     else empty; scratch: ``row_scratch``)."""
     fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i = scratch
@@ -567,31 +594,29 @@ def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, b
             strict = True
         bn[r], bt[r], bs[r] = n, t, strict
         if not more:
-            finish_row(rv, rix, n, k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
+            finish_row(rv, rix, n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32, row)
         first = 1
     rank_counts(row, r, a, thr, pos, higher, equal, first)
     if want_finite:
         finite[r] += count_finite(row)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, narrow, out_v,
-         out_i, n_threads):
-    """One visit per row of chunk s (pool indices from a): rank counts into higher/equal, finite
-    counts into finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before
-    the row's first chunk), threshold bt and strictness bs updated in place. more: later chunks
-    follow (a buffer still on its sampled threshold is then cut to its k best, so that those
-    chunks collect only what beats the k-th best so far); when none do, each row's top-k is
-    sorted into out_v/out_i right away, while its buffer is in cache (as ``finish``; narrow: every
-    score seen is an fp32 value). ri: s's int32 view when s is fp32 (the block-maxima threshold),
-    else B x 0."""
-    B = s.shape[0]
-    n_blocks = max(1, min(B, n_threads))
-    for th in numba.prange(n_blocks):
-        scratch = row_scratch(s, k, bv, more)
-        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
-            scan_row(s[r], ri[r], r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
-                     narrow, out_v, out_i, scratch)
+@numba.njit(**SIMPLIFIED)
+def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, out_v, out_i, r0,
+         r1):
+    """One visit per row r0 .. r1-1 of chunk s (pool indices from a; the other rows: other
+    threads' calls, ``rowblocks.run_blocks``): rank counts into higher/equal, finite counts into
+    finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before the row's
+    first chunk), threshold bt and strictness bs updated in place. more: later chunks follow (a
+    buffer still on its sampled threshold is then cut to its k best, so that those chunks
+    collect only what beats the k-th best so far); when none do, each row's top-k is sorted into
+    out_v/out_i right away, while its buffer is in cache (by s's precision: an fp32 chunk's rows
+    saw fp32 scores only, the engine scans every chunk after an fp64 one in fp64). ri: s's int32
+    view when s is fp32 (the block-maxima threshold), else B x 0."""
+    scratch = row_scratch(s, k, bv, more)
+    for r in range(r0, r1):
+        scan_row(s[r], ri[r], r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
+                 out_v, out_i, scratch)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -622,7 +647,7 @@ def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal,
                 for j in range(ex_off[r], ex_off[r + 1]):
                     cb[o + ex_col[j]] = -np.inf
                 scan_row(cb[o : o + C], cbi[o : o + C], r, a, thr, pos, want_finite, higher, equal, finite, k, bv,
-                         bi, bn, bt, bs, more, True, out_v, out_i, scratch)
+                         bi, bn, bt, bs, more, out_v, out_i, scratch)
 
 
 def buffer_width(k: int) -> int:
@@ -655,36 +680,28 @@ def counts_to_offsets(h):
 
 
 @numba.njit
-def sort_pairs(v, ix, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32):
+def sort_pairs(v, ix, n, keys, tmp_k, tmp_v, tmp_i, hist):
     """Sort v[:n] / ix[:n] (held in ascending pool index) into rank order: score descending, ties
-    in the order held. A stable LSD radix sort on the scores' bits (fp32 bits when every score
-    is an fp32 value: ``narrow``; else fp64), 8 bits a pass, passes whose byte is the same for
-    every entry skipped: no comparisons, so no mispredicted branches (a comparison sort of ~200
-    entries costs several times more). keys/tmp_*/f32: scratch of n entries; hist: 8 x 256."""
-    nd = 4 if narrow else 8
-    hist[:nd, :] = 0
-    if narrow:
-        for i in range(n):
-            f32[i] = v[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
-        raw = f32.view(np.uint32)
+    in the order held. A stable LSD radix sort on the scores' fp64 bits (scores that may not be
+    fp32 values; fp32 ones take ``topk_narrow``), 8 bits a pass, passes whose byte is the same
+    for every entry skipped: no comparisons, so no mispredicted branches (a comparison sort of
+    ~200 entries costs several times more). keys/tmp_*: scratch of n entries; hist: 8 x 256."""
+    hist[:, :] = 0
     bits = v.view(np.uint64)
-    top_bit = np.uint64(1 << (8 * nd - 1))
-    ones = np.uint64((1 << 32) - 1) if narrow else ~np.uint64(0)
+    top_bit = np.uint64(1 << 63)
+    ones = ~np.uint64(0)
     for i in range(n):
-        if narrow:
-            u = np.uint64(raw[i])
-        else:
-            u = bits[i] if v[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
+        u = bits[i] if v[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
         # order-preserving map of the float's bits, complemented: ascending keys = descending scores
         u = (u ^ ones) if u & top_bit else (u | top_bit)
         u = u ^ ones
         keys[i] = u
-        for d in range(nd):
+        for d in range(8):
             hist[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
     src_k, src_v, src_i = keys, v, ix
     dst_k, dst_v, dst_i = tmp_k, tmp_v, tmp_i
     moved = False
-    for d in range(nd):
+    for d in range(8):
         h = hist[d]
         if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
             continue
@@ -753,34 +770,31 @@ def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
         out_i[i] = -1
 
 
-@numba.njit(inline="always")
-def finish_row(bv, bi, n, k, narrow, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32):
-    """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i."""
-    if narrow:
-        topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, hist, f32)
-        return
-    if n > 0:
-        sort_pairs(bv, bi, n, narrow, keys, tmp_k, tmp_v, tmp_i, hist, f32)
-    n = min(n, k)
-    for i in range(n):
-        out_v[i] = bv[i]
-        out_i[i] = bi[i]
-    for i in range(n, k):
-        out_v[i] = -np.inf
-        out_i[i] = -1
+def finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
+    """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i
+    (``_finish_row`` compiles it by the type of the row whose scores the buffer holds)."""
+    raise NotImplementedError("numba only")
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def finish(bv, bi, bn, k, narrow, out_v, out_i, n_threads):
-    """Each row's top-k in rank order (score descending; ties: the lower pool index) into
-    out_v/out_i, -inf/-1 beyond a row's size (the buffers are left sorted; narrow: every score is an
-    fp32 value). The buffer holds the
-    top-k and more (everything that reached the row's threshold): sorting it whole, by radix,
-    costs less than selecting the k best first."""
-    B, width = bv.shape
-    n_blocks = max(1, min(B, n_threads))
-    for th in numba.prange(n_blocks):
-        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width, bv)
-        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
-            finish_row(bv[r], bi[r], max(bn[r], 0), k, narrow, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i,
-                       hist, f32)
+@overload(finish_row)
+def _finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
+    """An fp32 row's scores are fp32 values: ``topk_narrow``; an fp64 row's may not be:
+    ``sort_pairs``. Only the row type's sort is compiled into a kernel (the other would be
+    dead code compiled all the same)."""
+    if isinstance(row, types.Array) and row.dtype == types.float32:
+        def narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
+            topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, hist, f32)
+        return narrow
+
+    def wide(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
+        if n > 0:
+            sort_pairs(bv, bi, n, keys, tmp_k, tmp_v, tmp_i, hist)
+        m = min(n, k)
+        for i in range(m):
+            out_v[i] = bv[i]
+            out_i[i] = bi[i]
+        for i in range(m, k):
+            out_v[i] = -np.inf
+            out_i[i] = -1
+
+    return wide

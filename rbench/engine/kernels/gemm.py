@@ -29,6 +29,9 @@ from numba import types
 from numba.core import cgutils
 from numba.extending import intrinsic
 
+from rbench.engine.kernels.pipeline import BODY
+from rbench.engine.kernels.rowblocks import run_blocks
+
 MR = 6  # rows (queries) of a micro-tile
 NR = 16  # columns (candidates) of a micro-tile: two 8-lane fp32 vectors
 MC = 48  # query rows per block: a block's packed rows stay in L2 while the candidates stream
@@ -89,12 +92,13 @@ def fma32(typingctx, x, y, z):
     return sig, codegen
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def pair_dots(q, g, out):
-    """out[b, j] = q[b] . g[b, j] (q: B x K fp32, g: B x m x K fp32), each the micro-tile's fma
-    chain over k = 0 .. K-1 from 0: the bits ``gemm`` gives the same pair."""
+@numba.njit(**BODY)
+def pair_dots(q, g, out, r0, r1):
+    """out[b, j] = q[b] . g[b, j] for rows b = r0 .. r1-1 (q: B x K fp32, g: B x m x K fp32; the
+    other rows: other threads' calls, ``rowblocks.run_blocks``), each the micro-tile's fma chain
+    over k = 0 .. K-1 from 0: the bits ``gemm`` gives the same pair."""
     B, m, K = g.shape
-    for b in numba.prange(B):
+    for b in range(r0, r1):
         for j in range(m):
             acc = np.float32(0.0)
             for k in range(K):
@@ -122,11 +126,12 @@ def pack_panel(src, first, stop, panel):
                 panel[k, j] = 0.0
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def pack_columns(e, out):
-    """The candidates e (C x K fp32, row-major) as panels: out[p, k, j] = e[p * NR + j, k], zeros
-    past C (out: n_panels(C) x K x NR)."""
-    for p in numba.prange(out.shape[0]):
+@numba.njit(**BODY)
+def pack_columns(e, out, p0, p1):
+    """Panels p0 .. p1-1 of the candidates e (C x K fp32, row-major; read-only: one signature
+    whether they are a memory map or not): out[p, k, j] = e[p * NR + j, k], zeros past C (out:
+    n_panels(C) x K x NR)."""
+    for p in range(p0, p1):
         pack_panel(e, p * NR, e.shape[0], out[p])
 
 
@@ -166,23 +171,19 @@ def block_product(ap, n_rows, bp, dst, ldc, n_cols, tmp):
                         dst[o + j] = tmp[r, j]
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
-def gemm(q, bp, out, n_threads):
-    """out (B x C, C-contiguous) = q (B x K fp32) @ the candidates packed in bp (``pack_columns``)."""
-    B = q.shape[0]
+@numba.njit(**BODY)
+def gemm(q, bp, out, r0, r1):
+    """Rows r0 .. r1-1 of out (B x C, C-contiguous) = q (B x K fp32) @ the candidates packed in
+    bp (``pack_columns``); the other rows: other threads' calls (``rowblocks.run_blocks``)."""
     K = q.shape[1]
     C = out.shape[1]
     flat = out.reshape(-1)
-    n_blocks = max(1, min(-(-B // MR), n_threads))
-    for th in numba.prange(n_blocks):
-        ap = np.empty((MC // MR, K, MR), dtype=np.float32)
-        tmp = np.empty((MR, NR), dtype=np.float32)
-        r0 = th * B // n_blocks
-        r1 = (th + 1) * B // n_blocks
-        for i0 in range(r0, r1, MC):
-            i1 = min(r1, i0 + MC)
-            pack_rows(q, i0, i1, ap)
-            block_product(ap, i1 - i0, bp, flat[i0 * C :], C, C, tmp)
+    ap = np.empty((MC // MR, K, MR), dtype=np.float32)
+    tmp = np.empty((MR, NR), dtype=np.float32)
+    for i0 in range(r0, r1, MC):
+        i1 = min(r1, i0 + MC)
+        pack_rows(q, i0, i1, ap)
+        block_product(ap, i1 - i0, bp, flat[i0 * C :], C, C, tmp)
 
 
 def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
@@ -194,9 +195,9 @@ def aligned_empty(shape: tuple[int, ...]) -> np.ndarray:
     return raw[skip : skip + size].reshape(shape)
 
 
-def pack(e: np.ndarray, buf: np.ndarray | None = None) -> np.ndarray:
+def pack(e: np.ndarray, buf: np.ndarray | None = None, n_threads: int = 1) -> np.ndarray:
     """The packed panels of candidates e (C x K; converted to fp32, C-contiguous), written into
-    buf's memory when it is large enough (a view of it is returned)."""
+    buf's memory when it is large enough (a view of it is returned), on n_threads threads."""
     e = np.ascontiguousarray(e, dtype=np.float32)
     shape = (n_panels(len(e)), e.shape[1], NR)
     size = shape[0] * shape[1] * shape[2]
@@ -204,5 +205,8 @@ def pack(e: np.ndarray, buf: np.ndarray | None = None) -> np.ndarray:
         out = buf.reshape(-1)[:size].reshape(shape)
     else:
         out = aligned_empty(shape)
-    pack_columns(e, out)
+    if e.flags.writeable:
+        e = e.view()
+        e.flags.writeable = False
+    run_blocks(pack_columns, shape[0], n_threads, e, out)
     return out

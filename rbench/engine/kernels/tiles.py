@@ -23,6 +23,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from rbench.engine.kernels.fused import finish_row, keep_best, kth_largest, sample_threshold, sort_scratch
 from rbench.engine.kernels.gemm import fma32
+from rbench.engine.kernels.pipeline import BODY
 
 STRIDE = 16  # the first threshold's sample: every STRIDE-th score of a row
 F32_LOWEST = np.float32(-3.4028234663852886e38)  # x >= it: x is finite (-inf is excluded)
@@ -106,7 +107,7 @@ def gather_flagged(row, fl, cols, xs):
     """The flagged columns (ascending) and their scores into cols/xs; returns how many. The flags
     are read eight bytes at a time: only non-zero words are looked at."""
     words = fl.view(np.uint64)
-    m = 0
+    m = np.int64(0)  # (not a literal 0: exact_dots, called with it, would compile for Literal[int](0) too)
     for j in range(words.shape[0]):  # (flags past the row's end are zero)
         w = words[j]
         while w != 0:
@@ -190,7 +191,7 @@ def sample_cut(row, k, sample):
     return np.float64(t)
 
 
-@numba.njit(inline="always")
+@numba.njit  # (not inlined: three call sites, each a copy to compile; called a few times a row)
 def keep_near_top(px, pc, n, k, eps):
     """Cut the pending (BLAS score, column) list to the entries that may still reach the exact
     top-k: at least k have BLAS scores >= its k-th best L, so exact scores >= L - eps, and an
@@ -211,14 +212,20 @@ def select_row(row, k, T, pt, eps, fl, sample, cols, xs):
     """The tile row's columns that may enter the exact top-k (ascending, BLAS scores in xs):
     those >= the exact buffer's k-th best T - eps and >= (a lower bound of the k-th best BLAS
     score so far) - 2 eps, that bound taken from the pending list (pt) or from a sample of this
-    tile (checked: at least k reach it; else every finite score). Returns how many."""
+    tile (checked: at least k reach it; else every finite score). Returns how many. One flag
+    pass written, the second (an unlucky sample) round the loop: each call site of an inlined
+    helper is compiled anew."""
     cut = down32(T - eps) if T > -np.inf else F32_LOWEST
+    at, sampled = F32_LOWEST, False  # (the flag pass counts the scores >= at)
     if pt > -np.inf:
-        flag_ge(row, max(cut, down32(pt - 2.0 * eps)), fl, F32_LOWEST)
+        first = max(cut, down32(pt - 2.0 * eps))
     else:
         L = sample_cut(row, k, sample)
-        if L == -np.inf or flag_ge(row, max(cut, down32(L - 2.0 * eps)), fl, np.float32(L)) < k:
-            flag_ge(row, cut, fl, F32_LOWEST)  # too short, or an unlucky sample: every finite one
+        first = cut  # (a row too short for a sample: every finite score)
+        if L != -np.inf:
+            first, at, sampled = max(cut, down32(L - 2.0 * eps)), np.float32(L), True
+    while flag_ge(row, first, fl, at) < k and sampled:  # an unlucky sample: every finite score
+        first, at, sampled = cut, F32_LOWEST, False
     return gather_flagged(row, fl, cols, xs)
 
 
@@ -244,7 +251,7 @@ def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
     """The pending list's exact scores (each checked against the bound) into the row's buffer of
     exact scores (ascending pool index; when full its k best are kept, ``keep_best``: ties to
     the lower pool index, and T rises to their k-th best). Returns (n, T, violations)."""
-    exact_dots(qr, e, 0, pc, pn, ys)
+    exact_dots(qr, e, np.int64(0), pc, pn, ys)  # (int64: a literal 0 would compile exact_dots once more)
     bad = 0
     for j in range(pn):
         y = ys[j]
@@ -268,56 +275,57 @@ def finite_count(row):
     return n
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(**BODY)
 def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, higher, equal, finite, eps, k, bv,
-              bi, bn, bt, px, pc, pn, pt, last, more, out_v, out_i, bad, n_threads):
-    """One visit per row of the BLAS tile s (B x C: columns c0 .. c0+C-1 of the part e, whose
-    pool indices start at a; q: B x K; row r's excluded tile columns ex_col[ex_off[r]:ex_off[r+1]]
+              bi, bn, bt, px, pc, pn, pt, last, more, out_v, out_i, r0, r1):
+    """One visit per row r0 .. r1-1 (the others: other threads' calls, ``rowblocks.run_blocks``)
+    of the BLAS tile s (B x C: columns c0 .. c0+C-1 of the part e, whose pool indices start at
+    a; q: B x K; row r's excluded tile columns ex_col[ex_off[r]:ex_off[r+1]]
     become -inf): exact rank counts (his/los: each positive's band, thr +- eps[r] rounded
     outwards), finite counts, and the top-k: candidates pend in px/pc (pn, pt: their count and
     bound; pn = 0 at a part's first tile) and, at its last tile (``last``), are recomputed
     exactly into the rows' buffers bv/bi (bn entries, -1 before the first part; bt: the k-th
     best once cut). more: later parts follow; else the top-k is sorted into out_v/out_i.
-    bad[thread]: recomputed scores beyond the bound."""
-    B, C = s.shape
-    n_blocks = max(1, min(B, n_threads))
+    e: read-only (one signature whether the pool is a memory map or not). Returns how many
+    recomputed scores were beyond the bound."""
+    C = s.shape[1]
     width = bv.shape[1] if k > 0 else 0
-    for th in numba.prange(n_blocks):
-        fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
-        sample = np.empty(C // STRIDE + k + 8, dtype=np.float32)
-        cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float32)
-        ys = np.empty(max(C, px.shape[1]) + 8, dtype=np.float32)
-        keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width if not more else 0, bv)
-        for r in range(th * B // n_blocks, (th + 1) * B // n_blocks):
-            row = s[r]
-            for j in range(ex_off[r], ex_off[r + 1]):
-                row[ex_col[j]] = -np.inf
-            if want_finite:
-                finite[r] += finite_count(row)
-            bad[th] += rank_row(row, q[r], e, c0, r, a + c0, thr, his, los, pos, higher, equal, eps[r], fl, cols, xs,
-                                ys)
-            if k == 0:
-                continue
-            m = select_row(row, k, bt[r], pt[r], eps[r], fl, sample, cols, xs)
-            j = 0
-            while True:
-                pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps[r])
-                if j == m and not last:
-                    break
-                if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
-                    pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
-                bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], max(bn[r], 0), bt[r], px[r], pc[r], pn[r],
-                                            eps[r], ys)  # (pt stays a bound: its entries moved to bv)
-                bad[th] += b
-                pn[r] = 0
-                if j == m:
-                    break
-            if pn[r] > 2 * k or (pt[r] == -np.inf and pn[r] > k):
+    bad = 0
+    fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
+    sample = np.empty(C // STRIDE + k + 8, dtype=np.float32)
+    cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float32)
+    ys = np.empty(max(C, px.shape[1]) + 8, dtype=np.float32)
+    keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width if not more else 0, bv)
+    for r in range(r0, r1):
+        row = s[r]
+        for j in range(ex_off[r], ex_off[r + 1]):
+            row[ex_col[j]] = -np.inf
+        if want_finite:
+            finite[r] += finite_count(row)
+        bad += rank_row(row, q[r], e, c0, r, a + c0, thr, his, los, pos, higher, equal, eps[r], fl, cols, xs, ys)
+        if k == 0:
+            continue
+        m = select_row(row, k, bt[r], pt[r], eps[r], fl, sample, cols, xs)
+        j = 0
+        while True:
+            pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps[r])
+            if j == m and not last:
+                break
+            if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
                 pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
-            if last:
-                n, T = bn[r], bt[r]
-                if more and n > k:  # later parts: only what may beat the k-th best
-                    n, T = keep_best(bv[r], bi[r], n, k)
-                bn[r], bt[r] = n, T
-                if not more:
-                    finish_row(bv[r], bi[r], n, k, True, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32)
+            bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], max(bn[r], 0), bt[r], px[r], pc[r], pn[r],
+                                        eps[r], ys)  # (pt stays a bound: its entries moved to bv)
+            bad += b
+            pn[r] = 0
+            if j == m:
+                break
+        if pn[r] > 2 * k or (pt[r] == -np.inf and pn[r] > k):
+            pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
+        if last:
+            n, T = bn[r], bt[r]
+            if more and n > k:  # later parts: only what may beat the k-th best
+                n, T = keep_best(bv[r], bi[r], n, k)
+            bn[r], bt[r] = n, T
+            if not more:
+                finish_row(bv[r], bi[r], n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32, row)
+    return bad
