@@ -117,11 +117,13 @@ def _exclusions(ex_off: np.ndarray, ex_col: np.ndarray, c0: int, c1: int) -> tup
 
 def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
     """The rows' pending top-k candidates (BLAS score, part column; count, bound), in buffers
-    kept on ``top`` from call to call (fresh pages cost more than the scan here)."""
+    kept on ``top`` from call to call (fresh pages cost more than the scan here). The scores are
+    fp32 values held in fp64, as the top-k buffers hold theirs: the kernels' quickselect is then
+    compiled for one precision."""
     width = 2 * top.k + 256
     have = top.pending
     if have is None or have[0].shape[0] < n_rows or have[0].shape[1] != width:
-        have = (np.empty((n_rows, width), dtype=np.float32), np.empty((n_rows, width), dtype=np.int64),
+        have = (np.empty((n_rows, width), dtype=np.float64), np.empty((n_rows, width), dtype=np.int64),
                 np.empty(n_rows, dtype=np.int64), np.empty(n_rows))
         top.pending = have
     px, pc, pn, pt = (b[:n_rows] for b in have)

@@ -189,9 +189,9 @@ def scan(s: np.ndarray, a: int, thr: np.ndarray, pos: np.ndarray, count_finite: 
         _ready(s.dtype.name)  # the first chunk in this precision compiles its kernel (see ``warmup``)
     ri = s.view(np.int32) if s.dtype == np.float32 else np.empty((s.shape[0], 0), dtype=np.int32)
     with _LOCK:
-        run_blocks(kernels.scan, s.shape[0], kernels.threads(), s, ri, int(a), thr, pos, bool(count_finite), higher,
-                   equal, finite, top.k, top.scores, top.index, top.size, top.threshold, top.strict, bool(more),
-                   top.out_v, top.out_i)
+        run_blocks(kernels.scan, s.shape[0], kernels.threads(), s, ri, s.shape[1], int(a), thr, pos,
+                   bool(count_finite), higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold,
+                   top.strict, bool(more), top.out_v, top.out_i)
     top.done = top.k > 0 and not more
 
 

@@ -12,10 +12,15 @@ spans of flags that hold any. Rows are split into one contiguous block per threa
 thread allocates its scratch once per call: each kernel call runs one block, on the threads of
 ``rowblocks`` (not numba's ``parallel=True``, whose compile doubled the kernels': issue 44).
 
-Compile time (a fresh install compiles ``scan`` for the precision of a ranker's scores, once):
-numba's ``inline="always"`` inlines a helper's IR at every call site and compiles each copy
-anew, so the helpers are called from few sites (``topk_row`` loops over its thresholds rather
-than writing each try out); ``benchmarks/compile_breakdown.py`` measures each kernel."""
+Compile time (a fresh install compiles ``scan`` for the precision of a ranker's scores, once;
+issue 44): numba's ``inline="always"`` inlines a helper's IR at every call site and compiles each
+copy anew, and copies it at a cost of its blocks times its variables, at every level of
+nesting; so the helpers are called from few sites (``topk_row`` loops over its thresholds
+rather than writing each try out) and the row's visit is written in ``scan`` itself. A helper
+compiled apart costs a pipeline of its own and LLVM passes over what it calls, again in each
+caller: the sorts are ``finish_row``'s implementations themselves, not called from a wrapper,
+and no ``min``, ``max``, ``array.view`` or ``.copy()`` (each an implementation compiled apart).
+``benchmarks/compile_breakdown.py`` measures each kernel."""
 
 from __future__ import annotations
 
@@ -42,24 +47,83 @@ from numba.extending import intrinsic, overload
 # (numba's on-disk cache keys gemm_scan on this file alone: after changing the kernels.gemm helpers
 # it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
 from rbench.engine.kernels.gemm import MC, MR, NR, block_product, pack_rows
-from rbench.engine.kernels.pipeline import SIMPLIFIED
+from rbench.engine.kernels.pipeline import HELPER, SIMPLIFIED
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
 
 STRIDE = 16  # the threshold's sample: every STRIDE-th score of a chunk row (one per cache line)
 
 
-@numba.njit
+# Compile time (issue 44): numba compiles an implementation of ``min``/``max`` per argument types,
+# of ``np.empty`` per (shape, dtype) and of ``array.view`` per dtype pair, each a pipeline of its
+# own (0.05-0.2 s apiece on an empty cache). The kernels compare with conditional expressions,
+# allocate few (shape, dtype) kinds and read bits through these intrinsics (a load or a
+# bitcast: nothing to compile), so that each kernel's first compile is its own code.
+
+
+@intrinsic
+def load_u64(typingctx, addr):
+    """The uint64 at byte address addr (eight flag bytes at a time, without a uint64 view)."""
+    sig = types.uint64(types.int64)
+
+    def codegen(context, builder, signature, args):
+        return builder.load(builder.inttoptr(args[0], ir.PointerType(ir.IntType(64))), align=1)
+
+    return sig, codegen
+
+
+@intrinsic
+def float_bits(typingctx, x):
+    """A float's IEEE bits as the unsigned integer of its width (uint32 / uint64): a bitcast."""
+    if x not in (types.float32, types.float64):
+        return None
+    width = x.bitwidth
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.IntType(width))
+
+    return (types.uint32 if width == 32 else types.uint64)(x), codegen
+
+
+@intrinsic
+def in_row_precision(typingctx, row, t):
+    """t converted to the precision of row's scores (exact for a threshold that is one of them,
+    or -inf): compared with them in their own precision, their passes stay in its lanes."""
+    if not isinstance(row, types.Array):
+        return None
+
+    def codegen(context, builder, signature, args):
+        return context.cast(builder, args[1], signature.args[1], signature.return_type)
+
+    return row.dtype(row, t), codegen
+
+
+@intrinsic
+def fp32_of_bits(typingctx, bits):
+    """The fp32 value whose IEEE bits are the int32 bits: a bitcast."""
+    sig = types.float32(types.int32)
+
+    def codegen(context, builder, signature, args):
+        return builder.bitcast(args[0], ir.FloatType())
+
+    return sig, codegen
+
+
+@numba.njit(**HELPER)
 def kth_largest(vals, n, k):
     """The k-th largest of vals[:n] (1 <= k <= n) by quickselect on a copy (numba's own
     sorts cost tens of microseconds on a few hundred values; this costs a few)."""
-    work = vals[:n].copy()
+    work = np.empty(n, dtype=np.float64)  # (not vals[:n].copy(): a copy compiles a subroutine per type)
+    for i in range(n):
+        work[i] = vals[i]
     want = n - k  # its position in ascending order
     lo, hi = 0, n - 1
     while lo < hi:
         mid = (lo + hi) // 2
         a, b, c = work[lo], work[mid], work[hi]  # median of three as the pivot
-        pivot = max(min(a, b), min(max(a, b), c))
+        lo_ab, hi_ab = (a, b) if a < b else (b, a)
+        pivot = hi_ab if hi_ab < c else c  # median of three: max(min(a, b), min(max(a, b), c))
+        pivot = pivot if pivot > lo_ab else lo_ab
         i, j = lo, hi
         while i <= j:
             while work[i] < pivot:
@@ -79,7 +143,7 @@ def kth_largest(vals, n, k):
     return work[want]
 
 
-@numba.njit
+@numba.njit(**HELPER)
 def keep_best(bv, bi, n, k):
     """Keep, in place, the k best of the first n buffer entries (held in ascending pool index),
     in the same order: everything above the k-th best score, then the first of those tied with it
@@ -184,7 +248,7 @@ def sample_threshold(row, k, sample):
 
 
 @numba.njit(inline="always")
-def take(row, c, a, k, bv, bi, n, t, tt, strict, tr):
+def take(row, c, a, k, bv, bi, n, t, tt, strict):
     """Append row[c] (pool index a + c) to the buffer bv/bi (n entries, ascending pool index) if
     it reaches t (>= t; > t when strict; tt: t in the row's precision). When the buffer is full
     its k best are kept first and t rises to their k-th best, strict from then on (a later
@@ -194,8 +258,7 @@ def take(row, c, a, k, bv, bi, n, t, tt, strict, tr):
         if n == bv.shape[0]:
             n, t = keep_best(bv, bi, n, k)  # (n > 2k here; the new t is >= the old one)
             strict = True
-            tr[0] = t
-            tt = tr[0]
+            tt = in_row_precision(row, t)
         if x > tt or (x == tt and not strict):  # (again: a compaction raises t)
             bv[n] = x
             bi[n] = a + c
@@ -204,21 +267,19 @@ def take(row, c, a, k, bv, bi, n, t, tt, strict, tr):
 
 
 @numba.njit(inline="always")
-def collect(row, a, fl, t, strict, k, bv, bi, n, tr):
+def collect(row, a, fl, t, strict, k, bv, bi, n):
     """Append (score, pool index) of the flagged scores that reach t to the buffer (``take``).
     The flags are read eight bytes at a time and only non-zero words are looked at (bits found
     by trailing zeros); after a compaction they are a superset (they were set for the old t).
-    tr: a 1-element scratch array of the row's dtype (t in the row's precision: exact, t is one
-    of its scores or -inf). Returns (n, t, strict)."""
-    tr[0] = t
-    tt = tr[0]
-    words = fl.view(np.uint64)
-    for j in range(words.shape[0]):  # (flags past the row's end are zero)
-        w = words[j]
+    Returns (n, t, strict)."""
+    tt = in_row_precision(row, t)
+    base = fl.ctypes.data
+    for j in range(fl.shape[0] // 8):  # (flags past the row's end are zero)
+        w = load_u64(base + 8 * j)
         while w != 0:  # each set byte holds one bit: find them by trailing zeros
             c = 8 * j + (trailing_zeros(w) >> 3)
             w &= w - np.uint64(1)
-            n, t, tt, strict = take(row, c, a, k, bv, bi, n, t, tt, strict, tr)
+            n, t, tt, strict = take(row, c, a, k, bv, bi, n, t, tt, strict)
     return n, t, strict
 
 
@@ -384,8 +445,8 @@ def block_threshold(bm, nb, k, hist):
         v = np.int64(bm[b])
         if v > _KEY_NEG_INF:
             nf += 1
-            lo = min(lo, v)
-            hi = max(hi, v)
+            lo = v if v < lo else lo
+            hi = v if v > hi else hi
     if nf < k:
         return False, np.int64(0)
     shift = 0
@@ -415,19 +476,18 @@ def append_capped(bv, bi, n, x, i):
 
 
 @numba.njit(inline="always")
-def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel):
+def collect_blocks(row, a, bm, nb, t_key, k, bv, bi, sel):
     """The first chunk's candidates at or above the block threshold t_key, in ascending pool
     index: only the blocks whose maximum reaches it are looked at (their indices gathered first
     into sel without a branch per block: which blocks qualify is random), each full block by one
     64-bit mask of its scores >= the threshold (``ge_mask``), the set bits found by trailing
     zeros. About k + k/6 are found (no compaction): they are written straight into the buffer.
-    tr: the row dtype's 1-element scratch. Returns (n, t); should they overflow the buffer (heavy
+    Returns (n, t); should they overflow the buffer (heavy
     ties at the threshold: n exceeds its room), the caller collects the row's scores >= t again
     through ``take``, which compacts (one collection written in the kernel, not two)."""
     kk = np.int32(t_key)
-    ti = tr.view(np.int32)
-    ti[0] = np.int32(kk ^ np.int32(np.int32(kk >> np.int32(31)) & np.int32(0x7FFFFFFF)))
-    tt = tr[0]  # the score whose key is t_key (a score >= it has a key >= t_key, ties included)
+    # the score whose key is t_key (a score >= it has a key >= t_key, ties included)
+    tt = fp32_of_bits(np.int32(kk ^ np.int32(np.int32(kk >> np.int32(31)) & np.int32(0x7FFFFFFF))))
     C = row.shape[0]
     ns = 0
     for b in range(nb):
@@ -462,14 +522,14 @@ def flag_rank(row, t, strict, fl, r, thr, higher, equal, count):
         flag(row, t, strict, fl)
 
 
-def first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+def first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel):
     """A row's first chunk by the block-maxima threshold (``_first_by_blocks`` compiles it by
     the row's type)."""
     raise NotImplementedError("numba only")
 
 
 @overload(first_by_blocks)
-def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel):
     """Compiled for fp32 rows only: an fp64 row never takes the block path (its int32 view is
     empty), so its kernel leaves the path out rather than compile it (a fifth of its compile).
     Returns (state, n, t, strict): 0, the path is not taken (a row shorter than k blocks);
@@ -477,11 +537,11 @@ def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, s
     3, fewer than k blocks hold a finite score: collect every finite one. The first positive's
     rank is counted on the way (states 1-3)."""
     if not (isinstance(row, types.Array) and row.dtype == types.float32):
-        def no_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+        def no_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel):
             return 0, 0, -np.inf, False
         return no_blocks
 
-    def blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr):
+    def blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel):
         if rowi.shape[0] == 0 or row.shape[0] // BLOCK < k:
             return 0, 0, -np.inf, False
         count = thr.shape[1] > 0
@@ -492,7 +552,7 @@ def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, s
         found, t_key = block_threshold(bm, nb, k, hist)
         if not found:
             return 3, 0, -np.inf, True
-        n, t = collect_blocks(row, a, bm, nb, t_key, k, bv, bi, tr, sel)
+        n, t = collect_blocks(row, a, bm, nb, t_key, k, bv, bi, sel)
         if n > bv.shape[0]:
             return 2, 0, t, False
         return 1, n, t, False
@@ -501,7 +561,7 @@ def _first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, s
 
 
 @numba.njit(inline="always")
-def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, equal, rowi, bm, hist, sel):
+def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, r, thr, higher, equal, rowi, bm, hist, sel):
     """Add chunk row's candidates to its top-k buffer (and count the first positive's rank on the
     way). n < 0: the row's first chunk; fp32 rows of >= k blocks take the block-maxima threshold,
     others one estimated from a sample and kept only if at least k scores reach it (so the top-k
@@ -514,7 +574,7 @@ def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, eq
     first = n < 0
     ns = m = 0
     if first:
-        state, n, t, strict = first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel, tr)
+        state, n, t, strict = first_by_blocks(row, rowi, a, k, bv, bi, r, thr, higher, equal, bm, hist, sel)
         if state == 1:
             return n, t, strict
         counted = state > 0
@@ -522,15 +582,14 @@ def topk_row(row, a, k, bv, bi, n, t, strict, fl, sample, tr, r, thr, higher, eq
             t, ns, m = sample_threshold(row, k, sample)
             strict = t == -np.inf  # (no sample: every finite candidate)
     while True:
-        tr[0] = t
-        flag_rank(row, tr[0], strict, fl, r, thr, higher, equal, not counted)
+        flag_rank(row, in_row_precision(row, t), strict, fl, r, thr, higher, equal, not counted)
         counted = True
-        got, t2, strict2 = collect(row, a, fl, t, strict, k, bv, bi, n, tr)
+        got, t2, strict2 = collect(row, a, fl, t, strict, k, bv, bi, n)
         if not first or got >= k or t == -np.inf:
             return got, t2, strict2
         t = -np.inf  # an unlucky sample: a lower threshold from it, then every finite candidate
         if ns > 0:
-            t = kth_largest(sample, ns, min(ns, 4 * m))
+            t = kth_largest(sample, ns, ns if ns < 4 * m else 4 * m)
             ns = 0
         strict = t == -np.inf
 
@@ -556,67 +615,62 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
 
 
 @numba.njit(inline="always")
-def row_scratch(s, k, bv, more):
-    """One thread's scratch for ``scan_row`` over rows of s's length and dtype: the flags (whole
-    32-byte spans, zero past the row), the threshold's sample, a 1-element score of s's dtype,
-    the final sort's scratch (only when no chunk follows), the block maxima, their histogram,
-    the selected blocks and the buffer of a row seen in one chunk (only when no chunk follows)."""
-    C = s.shape[-1]
+def row_scratch(C, k, bv, more):
+    """One thread's scratch for ``scan`` over rows of C scores: the flags (whole 32-byte spans,
+    zero past the row), the threshold's sample (fp64 whatever the scores' precision: one
+    ``kth_largest`` to compile), the final sort's scratch (only when no chunk follows), the
+    block maxima, their histogram, the selected blocks and the buffer of a row seen in one chunk
+    (only when no chunk follows; bv's dtype is fp64, ``TopK``'s)."""
     fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
-    sample = np.empty(C // STRIDE + k + 8, dtype=s.dtype)
-    tr = np.empty(1, dtype=s.dtype)
-    keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(bv.shape[1] if not more else 0, bv)
-    bm = np.empty(C // BLOCK + 1, dtype=np.int32)
-    bhist = np.empty(N_BUCKETS, dtype=np.int32)
-    sel = np.empty(C // BLOCK + 1, dtype=np.int64)
+    sample = np.empty(C // STRIDE + k + 8, dtype=np.float64)
     width = bv.shape[1] if not more else 0
-    own_v, own_i = np.empty(width, dtype=bv.dtype), np.empty(width, dtype=np.int64)
-    return fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i
-
-
-@numba.njit(inline="always")
-def scan_row(row, rowi, r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
-             out_v, out_i, scratch):
-    """Row r's visit of ``scan`` (row: its scores in this chunk, rowi: their int32 view when fp32,
-    else empty; scratch: ``row_scratch``)."""
-    fl, sample, tr, keys, tmp_k, tmp_v, tmp_i, hist, f32, bm, bhist, sel, own_v, own_i = scratch
-    first = 0
-    if k > 0:
-        # a row whose first chunk is its last collects into the thread's own buffer (in cache)
-        # rather than into its row of bv/bi: nothing needs the candidates after the sort
-        alone = not more and bn[r] < 0
-        rv = own_v if alone else bv[r]
-        rix = own_i if alone else bi[r]
-        n, t, strict = topk_row(row, a, k, rv, rix, bn[r], bt[r], bs[r], fl, sample, tr,
-                                r, thr, higher, equal, rowi, bm, bhist, sel)
-        if more and not strict and n > k:  # later chunks: only what beats the k-th best
-            n, t = keep_best(rv, rix, n, k)
-            strict = True
-        bn[r], bt[r], bs[r] = n, t, strict
-        if not more:
-            finish_row(rv, rix, n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32, row)
-        first = 1
-    rank_counts(row, r, a, thr, pos, higher, equal, first)
-    if want_finite:
-        finite[r] += count_finite(row)
+    keys, tmp_k, tmp_v, tmp_i, hist = sort_scratch(width)
+    bm = np.empty(C // BLOCK + 1, dtype=np.int32)
+    bhist = np.empty(N_BUCKETS, dtype=np.int64)
+    sel = np.empty(C // BLOCK + 1, dtype=np.int64)
+    own_v, own_i = np.empty(width, dtype=np.float64), np.empty(width, dtype=np.int64)
+    return fl, sample, keys, tmp_k, tmp_v, tmp_i, hist, bm, bhist, sel, own_v, own_i
 
 
 @numba.njit(**SIMPLIFIED)
-def scan(s, ri, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, out_v, out_i, r0,
+def scan(s, ri, C, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more, out_v, out_i, r0,
          r1):
-    """One visit per row r0 .. r1-1 of chunk s (pool indices from a; the other rows: other
-    threads' calls, ``rowblocks.run_blocks``): rank counts into higher/equal, finite counts into
-    finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before the row's
-    first chunk), threshold bt and strictness bs updated in place. more: later chunks follow (a
-    buffer still on its sampled threshold is then cut to its k best, so that those chunks
-    collect only what beats the k-th best so far); when none do, each row's top-k is sorted into
-    out_v/out_i right away, while its buffer is in cache (by s's precision: an fp32 chunk's rows
-    saw fp32 scores only, the engine scans every chunk after an fp64 one in fp64). ri: s's int32
-    view when s is fp32 (the block-maxima threshold), else B x 0."""
-    scratch = row_scratch(s, k, bv, more)
+    """One visit per row r0 .. r1-1 of chunk s (scores s[r, :C], pool indices from a; the other
+    rows: other threads' calls, ``rowblocks.run_blocks``): rank counts into higher/equal, finite
+    counts into finite (when want_finite), each row's top-k buffer bv/bi (bn entries, -1 before
+    the row's first chunk), threshold bt and strictness bs updated in place. more: later chunks
+    follow (a buffer still on its sampled threshold is then cut to its k best, so that those
+    chunks collect only what beats the k-th best so far); when none do, each row's top-k is
+    sorted into out_v/out_i right away, while its buffer is in cache (by s's precision: an fp32
+    chunk's rows saw fp32 scores only, the engine scans every chunk after an fp64 one in fp64).
+    ri: s's int32 view when s is fp32 (the block-maxima threshold), else B x 0.
+
+    A row's visit is written here rather than in an inlined helper: numba copies an inlined
+    callee's IR at a cost of its blocks times its variables, and the visit is most of the kernel
+    (0.8 s of its first compile: issue 44). ``gemm_scan`` calls this kernel on each block of
+    rows it computes."""
+    fl, sample, keys, tmp_k, tmp_v, tmp_i, hist, bm, bhist, sel, own_v, own_i = row_scratch(C, k, bv, more)
     for r in range(r0, r1):
-        scan_row(s[r], ri[r], r, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs, more,
-                 out_v, out_i, scratch)
+        row = s[r, :C]
+        first = 0
+        if k > 0:
+            # a row whose first chunk is its last collects into the thread's own buffer (in cache)
+            # rather than into its row of bv/bi: nothing needs the candidates after the sort
+            alone = not more and bn[r] < 0
+            rv = own_v if alone else bv[r]
+            rix = own_i if alone else bi[r]
+            n, t, strict = topk_row(row, a, k, rv, rix, bn[r], bt[r], bs[r], fl, sample, r, thr, higher, equal,
+                                    ri[r, :C], bm, bhist, sel)
+            if more and not strict and n > k:  # later chunks: only what beats the k-th best
+                n, t = keep_best(rv, rix, n, k)
+                strict = True
+            bn[r], bt[r], bs[r] = n, t, strict
+            if not more:
+                finish_row(rv, rix, n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, row)
+            first = 1
+        rank_counts(row, r, a, thr, pos, higher, equal, first)
+        if want_finite:
+            finite[r] += count_finite(row)
 
 
 @numba.njit(parallel=True, cache=True, nogil=True)
@@ -635,8 +689,7 @@ def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal,
         ap = np.empty((MC // MR, K, MR), dtype=np.float32)
         tmp = np.empty((MR, NR), dtype=np.float32)
         cb = blocks[th, : MC * Cp]  # one block's scores, rows Cp apart
-        cbi = cb.view(np.int32)
-        scratch = row_scratch(cb[:C], k, bv, more)
+        cb2, cbi2 = cb.reshape((MC, Cp)), cb.view(np.int32).reshape((MC, Cp))
         r1 = (th + 1) * B // n_blocks
         for i0 in range(th * B // n_blocks, r1, MC):
             i1 = min(r1, i0 + MC)
@@ -646,8 +699,9 @@ def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal,
                 o = (r - i0) * Cp
                 for j in range(ex_off[r], ex_off[r + 1]):
                     cb[o + ex_col[j]] = -np.inf
-                scan_row(cb[o : o + C], cbi[o : o + C], r, a, thr, pos, want_finite, higher, equal, finite, k, bv,
-                         bi, bn, bt, bs, more, out_v, out_i, scratch)
+            scan(cb2, cbi2, C, a, thr[i0:i1], pos[i0:i1], want_finite, higher[i0:i1], equal[i0:i1], finite[i0:i1],
+                 k, bv[i0:i1], bi[i0:i1], bn[i0:i1], bt[i0:i1], bs[i0:i1], more, out_v[i0:i1], out_i[i0:i1], 0,
+                 i1 - i0)
 
 
 def buffer_width(k: int) -> int:
@@ -662,11 +716,11 @@ def threads() -> int:
 
 
 @numba.njit(inline="always")
-def sort_scratch(width, bv):
-    """One thread's scratch for ``finish_row`` (radix keys, the ping-pong copies, byte
-    histograms, fp32 view), for rows of ``width`` buffered scores of ``bv``'s dtype."""
-    return (np.empty(width, dtype=np.uint64), np.empty(width, dtype=np.uint64), np.empty(width, dtype=bv.dtype),
-            np.empty(width, dtype=np.int64), np.empty((8, 256), dtype=np.int64), np.empty(width, dtype=np.float32))
+def sort_scratch(width):
+    """One thread's scratch for ``finish_row`` (radix keys, the ping-pong copies of the fp64
+    buffer, 8 x 256 byte histograms, flat), for rows of ``width`` buffered scores."""
+    return (np.empty(width, dtype=np.uint64), np.empty(width, dtype=np.uint64), np.empty(width, dtype=np.float64),
+            np.empty(width, dtype=np.int64), np.empty(8 * 256, dtype=np.int64))
 
 
 @numba.njit(inline="always")
@@ -679,76 +733,98 @@ def counts_to_offsets(h):
         total += c
 
 
-@numba.njit
-def sort_pairs(v, ix, n, keys, tmp_k, tmp_v, tmp_i, hist):
-    """Sort v[:n] / ix[:n] (held in ascending pool index) into rank order: score descending, ties
-    in the order held. A stable LSD radix sort on the scores' fp64 bits (scores that may not be
-    fp32 values; fp32 ones take ``topk_narrow``), 8 bits a pass, passes whose byte is the same
-    for every entry skipped: no comparisons, so no mispredicted branches (a comparison sort of
-    ~200 entries costs several times more). keys/tmp_*: scratch of n entries; hist: 8 x 256."""
-    hist[:, :] = 0
-    bits = v.view(np.uint64)
-    top_bit = np.uint64(1 << 63)
-    ones = ~np.uint64(0)
-    for i in range(n):
-        u = bits[i] if v[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
-        # order-preserving map of the float's bits, complemented: ascending keys = descending scores
-        u = (u ^ ones) if u & top_bit else (u | top_bit)
-        u = u ^ ones
-        keys[i] = u
+def finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, row):
+    """One row's buffer (n entries of bv/bi, held in ascending pool index) sorted into rank
+    order, its first k (or fewer) into out_v/out_i (-inf / -1 padded). ``_finish_row`` compiles
+    it by the type of the row whose scores the buffer holds. keys/tmp_*: scratch of n entries;
+    hist: 8 x 256 counts, flat (byte d's at 256 d)."""
+    raise NotImplementedError("numba only")
+
+
+@overload(finish_row)
+def _finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, row):
+    """An fp32 row's scores are fp32 values: ``sort_narrow``; an fp64 row's may not be:
+    ``sort_wide``. Only the row type's sort is compiled into a kernel (the other would be dead
+    code compiled all the same), as the implementation itself, not a call to it from a wrapper
+    (each function compiled apart costs a pipeline and LLVM passes over its callees again)."""
+    if isinstance(row, types.Array) and row.dtype == types.float32:
+        return sort_narrow
+    return sort_wide
+
+
+def sort_wide(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, row):
+    """``finish_row`` for scores that may not be fp32 values: a stable LSD radix sort of
+    bv[:n] / bi[:n] into rank order (score descending, ties in the order held) on the scores'
+    fp64 bits, 8 bits a pass, passes whose byte is the same for every entry skipped: no
+    comparisons, so no mispredicted branches (a comparison sort of ~200 entries costs several
+    times more). (numba code: ``_finish_row`` compiles it.)"""
+    if n > 0:
+        hist[:] = 0
+        top_bit = np.uint64(1 << 63)
+        ones = ~np.uint64(0)
+        for i in range(n):
+            u = float_bits(bv[i]) if bv[i] != 0.0 else np.uint64(0)  # -0.0 ties with 0.0
+            # order-preserving map of the float's bits, complemented: ascending keys = descending scores
+            u = (u ^ ones) if u & top_bit else (u | top_bit)
+            u = u ^ ones
+            keys[i] = u
+            for d in range(8):
+                hist[256 * d + ((u >> np.uint64(8 * d)) & np.uint64(255))] += 1
+        src_k, src_v, src_i = keys, bv, bi
+        dst_k, dst_v, dst_i = tmp_k, tmp_v, tmp_i
+        moved = False
         for d in range(8):
-            hist[d, (u >> np.uint64(8 * d)) & np.uint64(255)] += 1
-    src_k, src_v, src_i = keys, v, ix
-    dst_k, dst_v, dst_i = tmp_k, tmp_v, tmp_i
-    moved = False
-    for d in range(8):
-        h = hist[d]
-        if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
-            continue
-        counts_to_offsets(h)
-        for i in range(n):
-            u = src_k[i]
-            b = (u >> np.uint64(8 * d)) & np.uint64(255)
-            p = h[b]
-            h[b] = p + 1
-            dst_k[p] = u
-            dst_v[p] = src_v[i]
-            dst_i[p] = src_i[i]
-        src_k, dst_k = dst_k, src_k
-        src_v, dst_v = dst_v, src_v
-        src_i, dst_i = dst_i, src_i
-        moved = not moved
-    if moved:  # the sorted entries are in the scratch: copy them back
-        for i in range(n):
-            v[i] = tmp_v[i]
-            ix[i] = tmp_i[i]
+            h = hist[256 * d : 256 * (d + 1)]
+            if h[(src_k[0] >> np.uint64(8 * d)) & np.uint64(255)] == n:  # one byte value: nothing moves
+                continue
+            counts_to_offsets(h)
+            for i in range(n):
+                u = src_k[i]
+                b = (u >> np.uint64(8 * d)) & np.uint64(255)
+                p = h[b]
+                h[b] = p + 1
+                dst_k[p] = u
+                dst_v[p] = src_v[i]
+                dst_i[p] = src_i[i]
+            src_k, dst_k = dst_k, src_k
+            src_v, dst_v = dst_v, src_v
+            src_i, dst_i = dst_i, src_i
+            moved = not moved
+        if moved:  # the sorted entries are in the scratch: copy them back
+            for i in range(n):
+                bv[i] = tmp_v[i]
+                bi[i] = tmp_i[i]
+    m = n if n < k else k
+    for i in range(m):
+        out_v[i] = bv[i]
+        out_i[i] = bi[i]
+    for i in range(m, k):
+        out_v[i] = -np.inf
+        out_i[i] = -1
 
 
-@numba.njit
-def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
+def sort_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, row):
     """``finish_row`` when every score is an fp32 value: the stable radix sort runs on one
     uint64 a entry, the score's order-preserving fp32 key (complemented: ascending keys =
     descending scores) above the entry's buffer position, which keeps equal keys in buffer
     (pool index) order. 8 bits a pass over the key's 4 bytes, a byte the same for every entry
-    skipped. keys/tmp/f32: scratch of n entries; hist: 4 x 256."""
-    hist[:4, :] = 0
-    for i in range(n):
-        f32[i] = bv[i] + 0.0  # (+ 0.0: -0.0 ties with 0.0)
-    raw = f32.view(np.uint32)
+    skipped (tmp_v, tmp_i unused). (numba code: ``_finish_row`` compiles it.)"""
+    hist[: 4 * 256] = 0
     m32 = np.uint64((1 << 32) - 1)
     b8 = np.uint64(255)
     for i in range(n):
-        u = np.uint64(raw[i])  # (numba widens uint32 arithmetic: stay in uint64, masked)
+        # (+ 0.0: -0.0 ties with 0.0; numba widens uint32 arithmetic: stay in uint64, masked)
+        u = np.uint64(float_bits(np.float32(bv[i] + 0.0)))
         u = (~u & m32) if u >> np.uint64(31) else (u | np.uint64(1 << 31))
         u = ~u & m32
         keys[i] = (u << np.uint64(32)) | np.uint64(i)
-        hist[0, u & b8] += 1
-        hist[1, (u >> np.uint64(8)) & b8] += 1
-        hist[2, (u >> np.uint64(16)) & b8] += 1
-        hist[3, (u >> np.uint64(24)) & b8] += 1
-    src, dst = keys, tmp
+        hist[u & b8] += 1
+        hist[256 + ((u >> np.uint64(8)) & b8)] += 1
+        hist[512 + ((u >> np.uint64(16)) & b8)] += 1
+        hist[768 + ((u >> np.uint64(24)) & b8)] += 1
+    src, dst = keys, tmp_k
     for d in range(4):
-        h = hist[d]
+        h = hist[256 * d : 256 * (d + 1)]
         shift = np.uint64(32 + 8 * d)
         if n == 0 or h[(src[0] >> shift) & b8] == n:  # one byte value: nothing moves
             continue
@@ -760,7 +836,7 @@ def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
             h[b] = p + 1
             dst[p] = u
         src, dst = dst, src
-    m = min(n, k)
+    m = n if n < k else k
     for i in range(m):
         j = src[i] & m32
         out_v[i] = bv[j]
@@ -768,33 +844,3 @@ def topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp, hist, f32):
     for i in range(m, k):
         out_v[i] = -np.inf
         out_i[i] = -1
-
-
-def finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
-    """One row's buffer sorted into rank order; its first k (or fewer) into out_v/out_i
-    (``_finish_row`` compiles it by the type of the row whose scores the buffer holds)."""
-    raise NotImplementedError("numba only")
-
-
-@overload(finish_row)
-def _finish_row(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
-    """An fp32 row's scores are fp32 values: ``topk_narrow``; an fp64 row's may not be:
-    ``sort_pairs``. Only the row type's sort is compiled into a kernel (the other would be
-    dead code compiled all the same)."""
-    if isinstance(row, types.Array) and row.dtype == types.float32:
-        def narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
-            topk_narrow(bv, bi, n, k, out_v, out_i, keys, tmp_k, hist, f32)
-        return narrow
-
-    def wide(bv, bi, n, k, out_v, out_i, keys, tmp_k, tmp_v, tmp_i, hist, f32, row):
-        if n > 0:
-            sort_pairs(bv, bi, n, keys, tmp_k, tmp_v, tmp_i, hist)
-        m = min(n, k)
-        for i in range(m):
-            out_v[i] = bv[i]
-            out_i[i] = bi[i]
-        for i in range(m, k):
-            out_v[i] = -np.inf
-            out_i[i] = -1
-
-    return wide

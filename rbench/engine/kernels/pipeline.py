@@ -47,5 +47,9 @@ class KernelCompiler(CompilerBase):
         return [pm]
 
 
-BODY = {"cache": True, "nogil": True, "error_model": "numpy"}
+# Helpers compiled apart from the kernels that call them (``kth_largest``, the sorts): the kernels'
+# flags, so that the numpy implementations both use (``np.empty``) compile once: numba keys them
+# on the caller's flags (issue 44).
+HELPER = {"nogil": True, "error_model": "numpy"}
+BODY = {"cache": True, **HELPER}
 SIMPLIFIED = {**BODY, "pipeline_class": KernelCompiler}

@@ -21,9 +21,16 @@ import numba
 import numpy as np
 from numba.cpython.unsafe.numbers import trailing_zeros
 
-from rbench.engine.kernels.fused import finish_row, keep_best, kth_largest, sample_threshold, sort_scratch
+from rbench.engine.kernels.fused import (
+    finish_row,
+    keep_best,
+    kth_largest,
+    load_u64,
+    sample_threshold,
+    sort_scratch,
+)
 from rbench.engine.kernels.gemm import fma32
-from rbench.engine.kernels.pipeline import BODY
+from rbench.engine.kernels.pipeline import BODY, HELPER
 
 STRIDE = 16  # the first threshold's sample: every STRIDE-th score of a row
 F32_LOWEST = np.float32(-3.4028234663852886e38)  # x >= it: x is finite (-inf is excluded)
@@ -84,9 +91,12 @@ def dots8(qr, e0, e1, e2, e3, e4, e5, e6, e7, out, j):
 def exact_dots(qr, e, base, cols, n, out):
     """out[j] = exact_dot(qr, e[base + cols[j]]) for j < n, eight at a time (the last group
     repeats its last column; out needs room for n rounded up to 8)."""
-    for j in range(0, n, 8):
-        c = cols[min(j, n - 1)], cols[min(j + 1, n - 1)], cols[min(j + 2, n - 1)], cols[min(j + 3, n - 1)]
-        d = cols[min(j + 4, n - 1)], cols[min(j + 5, n - 1)], cols[min(j + 6, n - 1)], cols[min(j + 7, n - 1)]
+    last = n - 1
+    for j in range(0, n, 8):  # (conditional expressions: a min() compiles an implementation of its own)
+        c = (cols[j], cols[j + 1 if j + 1 < last else last], cols[j + 2 if j + 2 < last else last],
+             cols[j + 3 if j + 3 < last else last])
+        d = (cols[j + 4 if j + 4 < last else last], cols[j + 5 if j + 5 < last else last],
+             cols[j + 6 if j + 6 < last else last], cols[j + 7 if j + 7 < last else last])
         dots8(qr, e[base + c[0]], e[base + c[1]], e[base + c[2]], e[base + c[3]], e[base + d[0]], e[base + d[1]],
               e[base + d[2]], e[base + d[3]], out, j)
 
@@ -106,10 +116,10 @@ def positives_within(row, a, pos_r, lo, hi):
 def gather_flagged(row, fl, cols, xs):
     """The flagged columns (ascending) and their scores into cols/xs; returns how many. The flags
     are read eight bytes at a time: only non-zero words are looked at."""
-    words = fl.view(np.uint64)
+    base = fl.ctypes.data
     m = np.int64(0)  # (not a literal 0: exact_dots, called with it, would compile for Literal[int](0) too)
-    for j in range(words.shape[0]):  # (flags past the row's end are zero)
-        w = words[j]
+    for j in range(fl.shape[0] // 8):  # (flags past the row's end are zero)
+        w = load_u64(base + 8 * j)
         while w != 0:
             c = 8 * j + (trailing_zeros(w) >> 3)
             w &= w - np.uint64(1)
@@ -173,6 +183,12 @@ def down32(v):
 
 
 @numba.njit(inline="always")
+def max32(x, y):
+    """The larger of two fp32 cuts (a max() would compile an implementation of its own)."""
+    return x if x > y else y
+
+
+@numba.njit(inline="always")
 def up32(v):
     """The smallest fp32 value >= v (v: fp64)."""
     y = np.float32(v)
@@ -191,7 +207,7 @@ def sample_cut(row, k, sample):
     return np.float64(t)
 
 
-@numba.njit  # (not inlined: three call sites, each a copy to compile; called a few times a row)
+@numba.njit(**HELPER)  # (not inlined: three call sites, each a copy to compile; called a few times a row)
 def keep_near_top(px, pc, n, k, eps):
     """Cut the pending (BLAS score, column) list to the entries that may still reach the exact
     top-k: at least k have BLAS scores >= its k-th best L, so exact scores >= L - eps, and an
@@ -218,12 +234,12 @@ def select_row(row, k, T, pt, eps, fl, sample, cols, xs):
     cut = down32(T - eps) if T > -np.inf else F32_LOWEST
     at, sampled = F32_LOWEST, False  # (the flag pass counts the scores >= at)
     if pt > -np.inf:
-        first = max(cut, down32(pt - 2.0 * eps))
+        first = max32(cut, down32(pt - 2.0 * eps))
     else:
         L = sample_cut(row, k, sample)
         first = cut  # (a row too short for a sample: every finite score)
         if L != -np.inf:
-            first, at, sampled = max(cut, down32(L - 2.0 * eps)), np.float32(L), True
+            first, at, sampled = max32(cut, down32(L - 2.0 * eps)), np.float32(L), True
     while flag_ge(row, first, fl, at) < k and sampled:  # an unlucky sample: every finite score
         first, at, sampled = cut, F32_LOWEST, False
     return gather_flagged(row, fl, cols, xs)
@@ -258,7 +274,7 @@ def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
         bad += abs(np.float64(px[j]) - np.float64(y)) > eps
         if n == bv.shape[0]:
             n, t = keep_best(bv, bi, n, k)
-            T = max(T, t)
+            T = t if t > T else T
         if y >= T:
             bv[n] = y
             bi[n] = a + pc[j]
@@ -292,10 +308,10 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
     width = bv.shape[1] if k > 0 else 0
     bad = 0
     fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
-    sample = np.empty(C // STRIDE + k + 8, dtype=np.float32)
-    cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float32)
-    ys = np.empty(max(C, px.shape[1]) + 8, dtype=np.float32)
-    keys, tmp_k, tmp_v, tmp_i, hist, f32 = sort_scratch(width if not more else 0, bv)
+    sample = np.empty(C // STRIDE + k + 8, dtype=np.float64)
+    cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float64)
+    ys = np.empty((C if C > px.shape[1] else px.shape[1]) + 8, dtype=np.float64)
+    keys, tmp_k, tmp_v, tmp_i, hist = sort_scratch(width if not more else 0)
     for r in range(r0, r1):
         row = s[r]
         for j in range(ex_off[r], ex_off[r + 1]):
@@ -313,7 +329,7 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
                 break
             if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
                 pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r])
-            bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], max(bn[r], 0), bt[r], px[r], pc[r], pn[r],
+            bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], bn[r] if bn[r] > 0 else 0, bt[r], px[r], pc[r], pn[r],
                                         eps[r], ys)  # (pt stays a bound: its entries moved to bv)
             bad += b
             pn[r] = 0
@@ -327,5 +343,5 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
                 n, T = keep_best(bv[r], bi[r], n, k)
             bn[r], bt[r] = n, T
             if not more:
-                finish_row(bv[r], bi[r], n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, f32, row)
+                finish_row(bv[r], bi[r], n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, row)
     return bad
