@@ -43,6 +43,7 @@ lower pool index first), in the same visit while it is in cache.
 
 from __future__ import annotations
 
+import gc
 import os
 import threading
 import time
@@ -398,19 +399,29 @@ def _groups(scan: bool = True, gemm: bool = True) -> list[tuple[str, bool]]:
 
 def _warm(names: list[str]) -> float:
     """Run the named groups' warm-ups not run yet in this process; the seconds it took (added to
-    this thread's ``compile_seconds``)."""
+    this thread's ``compile_seconds``).
+
+    Python's cyclic garbage collector is paused meanwhile: numba's compiler allocates millions of
+    short-lived objects (copies of its IR), and each of the collections they trigger walks every
+    object the process holds (torch's, on the dense road): an empty cache's compile took 10-20%
+    longer with it on (issue 44: ``benchmarks/compile_breakdown.py``). It runs again afterwards
+    (if it ran before), and collects the compiler's garbage then."""
     t0 = time.perf_counter()
     with _WARM_LOCK:
         todo = [name for name in names if name not in _WARM]
         if not todo:
             return 0.0
         _CLOCK.warming = True
+        collecting = gc.isenabled()
+        gc.disable()
         try:
             for name in todo:
                 _WARMUPS[name]()
                 _WARM.add(name)
         finally:
             _CLOCK.warming = False
+            if collecting:
+                gc.enable()
     spent = time.perf_counter() - t0
     _CLOCK.spent = compile_seconds() + spent
     return spent

@@ -306,3 +306,34 @@ def test_the_first_chunk_compiles_apart_from_score_s_and_fit_s(monkeypatch, rank
     rec = rbench.evaluate("pop" if ranker == "pop" else _ScoresOnValid(), "ml-100k", max_queries=20)
     assert rec.timings["compile_s"] >= 0.6
     assert rec.timings["score_s"] < 0.6 and rec.timings["fit_s"] < 0.6
+
+
+def test_warmups_pause_the_garbage_collector(monkeypatch):
+    """A warm-up runs with Python's cyclic collector paused (numba's compiler allocates millions of
+    short-lived objects, and each collection walks every object the process holds: 10-20% of an
+    empty cache's compile), and leaves it as it found it, on or off, even when a compile fails."""
+    import gc
+
+    from rbench.engine import fused
+
+    seen: list[bool] = []
+
+    def fails() -> None:
+        seen.append(gc.isenabled())
+        raise RuntimeError("a failed compile")
+
+    monkeypatch.setitem(fused._WARMUPS, "float32", lambda: seen.append(gc.isenabled()))
+    monkeypatch.setitem(fused._WARMUPS, "float64", fails)
+    monkeypatch.setattr(fused, "_WARM", set())
+    assert gc.isenabled()
+    fused._warm(["float32"])
+    with pytest.raises(RuntimeError):
+        fused._warm(["float64"])
+    assert seen == [False, False] and gc.isenabled()
+    monkeypatch.setattr(fused, "_WARM", set())
+    gc.disable()
+    try:
+        fused._warm(["float32"])
+        assert not gc.isenabled()
+    finally:
+        gc.enable()
