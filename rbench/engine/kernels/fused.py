@@ -615,13 +615,24 @@ def rank_counts(row, r, a, thr, pos, higher, equal, first):
 
 
 @numba.njit(inline="always")
+def flag_scratch(C):
+    """Flag bytes for rows of C scores, in whole 32-byte spans, zero (the bytes past the row stay
+    zero: the flags are read eight at a time). An empty array zeroed here: ``np.zeros`` compiles
+    two implementations more."""
+    fl = np.empty(32 * -(-C // 32), dtype=np.uint8)
+    for i in range(fl.shape[0]):
+        fl[i] = 0
+    return fl
+
+
+@numba.njit(inline="always")
 def row_scratch(C, k, bv, more):
     """One thread's scratch for ``scan`` over rows of C scores: the flags (whole 32-byte spans,
     zero past the row), the threshold's sample (fp64 whatever the scores' precision: one
     ``kth_largest`` to compile), the final sort's scratch (only when no chunk follows), the
     block maxima, their histogram, the selected blocks and the buffer of a row seen in one chunk
     (only when no chunk follows; bv's dtype is fp64, ``TopK``'s)."""
-    fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
+    fl = flag_scratch(C)
     sample = np.empty(C // STRIDE + k + 8, dtype=np.float64)
     width = bv.shape[1] if not more else 0
     keys, tmp_k, tmp_v, tmp_i, hist = sort_scratch(width)

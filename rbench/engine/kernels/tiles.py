@@ -23,6 +23,7 @@ from numba.cpython.unsafe.numbers import trailing_zeros
 
 from rbench.engine.kernels.fused import (
     finish_row,
+    flag_scratch,
     keep_best,
     kth_largest,
     load_u64,
@@ -307,7 +308,7 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
     C = s.shape[1]
     width = bv.shape[1] if k > 0 else 0
     bad = 0
-    fl = np.zeros(32 * -(-C // 32), dtype=np.uint8)
+    fl = flag_scratch(C)
     sample = np.empty(C // STRIDE + k + 8, dtype=np.float64)
     cols, xs = np.empty(C, dtype=np.int64), np.empty(C, dtype=np.float64)
     ys = np.empty((C if C > px.shape[1] else px.shape[1]) + 8, dtype=np.float64)
