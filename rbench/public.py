@@ -44,7 +44,16 @@ def _sets(options: Mapping[str, Any] | None, task_options: Mapping[str, Any] | N
 
 
 def _text(value: Any) -> str:
-    return ("true" if value else "false") if isinstance(value, bool) else str(value)
+    """A typed option value as the ``--set`` text that parses back to it: booleans as true/false,
+    None as none, a list or tuple comma-joined (as a record's config holds them: ``rbench verify
+    --rerun`` hands a record's options back here)."""
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if value is None:
+        return "none"
+    if isinstance(value, (list, tuple)):
+        return ",".join(_text(v) for v in value)
+    return str(value)
 
 
 def plan_run(ranker: Any, task: Any, *, variant: str = "original", options: Mapping[str, Any] | None = None,

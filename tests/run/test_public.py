@@ -3,6 +3,7 @@ the CLI and the API give the same RunRecord; multi-run with --overwrite; rankers
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import textwrap
 
@@ -10,6 +11,8 @@ import pandas as pd
 import pytest
 
 import rbench
+from rbench.public import _sets
+from rbench.rankers import available_rankers, load_ranker_class, ranker_config
 from tests.helpers import cli, one_line
 from tests.tasks.test_readme_tasks import section_blocks
 
@@ -161,3 +164,23 @@ def test_records_carry_the_peak_memory_of_each_phase(tmp_path):
     assert list(phases) == ["load", "fit", "score"]
     assert 0 < phases["load"] <= phases["fit"] <= phases["score"] <= rec.peak_rss_bytes
     assert read_record(next(tmp_path.rglob("*.json"))).peak_rss_by_phase == phases
+
+
+@pytest.mark.parametrize("name", available_rankers(built_in_only=True))
+def test_a_records_typed_config_handed_back_plans_the_same_config(name):
+    """``rbench verify --rerun`` and a user hand a record's config back to the API as typed values
+    (lists, None, booleans): every built-in ranker's full default config resolves to itself.
+    (A list was once sent on as "[0, 1, 2]" and refused: LRanker's records could not be rerun.)"""
+    cls = load_ranker_class(name)
+    config = ranker_config(cls, {}, name)
+    if not dataclasses.is_dataclass(config):
+        pytest.skip(f"{name} has no options")
+    full = dataclasses.asdict(config)
+    assert dataclasses.asdict(ranker_config(cls, _sets(full, None), name)) == full
+
+
+def test_list_options_reach_the_plan():
+    plan = rbench.public.plan_run("lranker", "ml-100k", options={"tts_depths": [0, 1], "tts_widths": (2, 4),
+                                                        "learn_temperature": False})
+    assert (plan.ranker_config.tts_depths, plan.ranker_config.tts_widths) == ([0, 1], [2, 4])
+    assert plan.ranker_config.learn_temperature is False
