@@ -61,7 +61,9 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=3, help="cold runs per cell with the rule (the old way: 1)")
     ap.add_argument("--out", type=Path, default=ROOT / "benchmarks" / "results" / "cold_start.md")
     args = ap.parse_args()
-    load = [subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()]
+    from benchmarks.machine import load_now, machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+
+    load = [load_now()]
     rows = []
     for ranker in args.rankers.split(","):
         new = [cold_run(ranker, args.task, None) for _ in range(args.repeats)]
@@ -69,8 +71,7 @@ def main() -> None:
         rows.append((ranker, statistics.median(w for w, _, _ in new), statistics.median(c for _, c, _ in new),
                      *old, len(new)))
         print(rows[-1], flush=True)
-    load.append(subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip())
-    from benchmarks.machine import machine_line  # (CPU, vector ISA, BLAS kernel, threads)
+    load.append(load_now())
 
     lines = [f"# Cold start: `rbench run` on an empty numba cache ({args.task})", "", machine_line(), "",
              f"`python benchmarks/cold_start.py {' '.join(sys.argv[1:])}`".replace(" `", "`"), "",

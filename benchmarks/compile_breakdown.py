@@ -149,10 +149,6 @@ def report(rows: list[dict], command: str, load: tuple[str, str]) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _uptime() -> str:
-    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--roads", default=",".join(ROADS))
@@ -163,9 +159,10 @@ def main() -> None:
     if args.child:
         child(args.child)
         return
+    from benchmarks.machine import load_now
     from rbench.core.atomic import atomic_write_text
 
-    start = _uptime()
+    start = load_now()
     rows = []
     for road in args.roads.split(","):
         runs = []
@@ -174,7 +171,7 @@ def main() -> None:
             print(json.dumps({k: v for k, v in runs[-1].items() if k != "kernels"}), flush=True)
         runs.sort(key=lambda r: r["compile_cpu_s"])
         rows.append({**runs[len(runs) // 2], "runs": [r["compile_cpu_s"] for r in runs]})
-    text = report(rows, " ".join(["python benchmarks/compile_breakdown.py", *sys.argv[1:]]), (start, _uptime()))
+    text = report(rows, " ".join(["python benchmarks/compile_breakdown.py", *sys.argv[1:]]), (start, load_now()))
     atomic_write_text(args.out, text)
     print(text)
 

@@ -34,7 +34,7 @@ import rbench  # noqa: E402,F401,I001  (before numpy: it sets OpenBLAS's thread 
 import numpy as np  # noqa: E402
 
 from benchmarks.engine_scale import _setup, _Stub  # noqa: E402
-from benchmarks.machine import machine_line  # noqa: E402
+from benchmarks.machine import load_now, machine_line  # noqa: E402
 
 BATCH = 1024  # the engine's query batch (scan's batch_size here)
 _SETTLE_S = 0.3  # OpenMP / OpenBLAS threads spin for a while after a call: pause before each timing
@@ -216,7 +216,7 @@ def main() -> None:
     if args.worker:
         worker(*map(int, args.worker.split(",")))
         return
-    load = subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
+    load = load_now()
     rows = []
     for dim in map(int, args.dim.split(",")):
         for threads in map(int, args.threads.split(",")):

@@ -14,6 +14,7 @@ from __future__ import annotations
 import os
 import platform
 import re
+import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -89,6 +90,12 @@ def machine_line(m: Machine | None = None) -> str:
         parts.append(m.torch)
     parts.append("env: " + (", ".join(f"{k}={v}" for k, v in m.env.items()) or "no BLAS/thread variables set"))
     return ". ".join(parts) + "."
+
+
+def load_now() -> str:
+    """``uptime``'s line: the load a measurement ran under (a results file states it at its start
+    and end, since on a shared machine wall seconds grow with the load)."""
+    return subprocess.run(["uptime"], capture_output=True, text=True).stdout.strip()
 
 
 if __name__ == "__main__":
