@@ -16,10 +16,13 @@ score is also checked against the bound: a GEMM beyond it raises, it is never tr
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
+import threading
 import warnings
 from dataclasses import dataclass
+from collections.abc import Callable
 from typing import Any
 
 import numpy as np
@@ -27,7 +30,9 @@ import numpy as np
 from rbench.core.errors import RBenchError
 from rbench.engine.kernels.rowblocks import run_blocks
 
-TILE_COLS = 4096  # candidates a tile: a 1,024-query tile (16 MiB) stays in cache for its scan
+TILE_COLS = 4096  # candidates a tile and
+TILE_ROWS = 1024  # query rows a tile: 2 MiB of scores, in a core's cache for its scan; MKL's GEMM
+# of 512 x 1,024 runs as fast as one of the whole batch (256 rows: 5-9% slower, 1 thread)
 _U = 2.0**-24  # fp32's unit roundoff
 _TINY = 2.0**-126  # smallest normal fp32: the most a flushed subnormal moves one operation
 
@@ -61,16 +66,36 @@ def _torch_ieee(torch: Any) -> bool:
     return getattr(mkldnn, "fp32_precision", "ieee") in ("ieee", "none")
 
 
+TileGemm = Callable[[int, int, int, np.ndarray], None]
+
+
+def backend_gemm(q: np.ndarray, e: np.ndarray, starts: list[int], width: int) -> TileGemm:
+    """The tile GEMM of one part by the tile backend, its operands wrapped and its column tiles
+    (e[c0:c0+width] for c0 in starts) sliced once, so that a call per tile costs the GEMM and
+    few Python objects (the collector's passes over a process's objects ran at 5-7% of a d = 128
+    scan when each call made a dozen): ``mm(s0, s1, t, out)`` writes q[s0:s1] @ (tile t).T into
+    out (fp32, C-contiguous)."""
+    torch = sys.modules.get("torch") if backend() == "torch" else None
+    if torch is None or not _torch_ieee(torch):
+        cols = [e[c0 : c0 + width].T for c0 in starts]
+        return lambda s0, s1, t, out: np.matmul(q[s0:s1], cols[t], out=out)
+    with warnings.catch_warnings():  # (read-only operands, a memory-mapped pool's: torch only reads them)
+        warnings.filterwarnings("ignore", "The given NumPy array is not writable")
+        tq, te = torch.from_numpy(q), torch.from_numpy(e)
+    tcols = [te[c0 : c0 + width].T for c0 in starts]
+
+    def mm(s0: int, s1: int, t: int, out: np.ndarray) -> None:
+        torch.mm(tq[s0:s1], tcols[t], out=torch.from_numpy(out))
+
+    return mm
+
+
+tile_gemm = backend_gemm  # what ``scan`` calls (a test puts a GEMM off by up to the bound here)
+
+
 def gemm(q: np.ndarray, e: np.ndarray, out: np.ndarray) -> None:
     """out (B x C fp32, C-contiguous) = q @ e.T by the tile backend."""
-    torch = sys.modules.get("torch") if backend() == "torch" else None
-    if torch is not None and _torch_ieee(torch):
-        with warnings.catch_warnings():  # (a read-only pool chunk: torch only reads it)
-            warnings.filterwarnings("ignore", "The given NumPy array is not writable")
-            te = torch.from_numpy(e)
-        torch.mm(torch.from_numpy(q), te.T, out=torch.from_numpy(out))
-    else:
-        np.matmul(q, e.T, out=out)
+    backend_gemm(q, e, [0], len(e))(0, len(q), 0, out)
 
 
 def tile_norms(e: np.ndarray) -> np.ndarray:
@@ -85,19 +110,23 @@ def bound(q: np.ndarray, e: np.ndarray, e_sq: float | None = None) -> np.ndarray
     may differ (any summation order, fma or not, subnormals flushed or not): 2 gamma_K |q| max|e|
     with gamma_K = K u / (1 - K u), widened for the norms' own rounding. ``e_sq``: e's largest
     squared norm, when known (``tile_norms``)."""
-    K = q.shape[1]
-    gamma = K * _U / (1.0 - K * _U)
     if e_sq is None:
         e_sq = float(np.einsum("ij,ij->i", e, e).max(initial=0.0))
-    q_norm = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
+    return bound_of(np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64)), q.shape[1], e_sq)
+
+
+def bound_of(q_norm: np.ndarray, K: int, e_sq: float) -> np.ndarray:
+    """``bound`` from the query rows' norms (fp64), the dimension and e's largest squared norm."""
+    gamma = K * _U / (1.0 - K * _U)
     e_norm = np.sqrt(float(e_sq) / (1.0 - gamma))
     return 2.0 * gamma * (1.0 + 1e-6) * q_norm * e_norm + 4.0 * K * _TINY
 
 
 def bands(thr: np.ndarray, eps: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """Each positive's band [thr - eps, thr + eps], rounded outwards to fp32 values."""
+    """Each positive's band [thr - eps, thr + eps] (eps broadcast against thr), rounded outwards
+    to fp32 values."""
     t = thr.astype(np.float64)
-    hi, lo = t + eps[:, None], t - eps[:, None]
+    hi, lo = t + eps, t - eps
     hi32, lo32 = hi.astype(np.float32), lo.astype(np.float32)
     hi32 = np.where(hi32 < hi, np.nextafter(hi32, np.float32(np.inf)), hi32)
     lo32 = np.where(lo32 > lo, np.nextafter(lo32, np.float32(-np.inf)), lo32)
@@ -115,21 +144,27 @@ def _exclusions(ex_off: np.ndarray, ex_col: np.ndarray, c0: int, c1: int) -> tup
     return off, (ex_col[keep] - c0).astype(np.int64)
 
 
+BAND_QUEUE = 64  # band members a row queues for recomputation before it recomputes them
+
+
 def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
-    """The rows' pending top-k candidates (BLAS score, part column; count, bound), in buffers
-    kept on ``top`` from call to call (fresh pages cost more than the scan here). The scores are
-    fp32 values held in fp64, as the top-k buffers hold theirs: the kernels' quickselect is then
-    compiled for one precision."""
+    """The rows' pending top-k candidates (BLAS score, part column; count, bound) and queued band
+    members (BLAS score, part column, whose band; count), in buffers kept on ``top`` from call to
+    call (fresh pages cost more than the scan here). The scores are fp32 values held in fp64, as
+    the top-k buffers hold theirs: the kernels' quickselect is then compiled for one precision."""
     width = 2 * top.k + 256
     have = top.pending
     if have is None or have[0].shape[0] < n_rows or have[0].shape[1] != width:
         have = (np.empty((n_rows, width), dtype=np.float64), np.empty((n_rows, width), dtype=np.int64),
-                np.empty(n_rows, dtype=np.int64), np.empty(n_rows))
+                np.empty(n_rows, dtype=np.int64), np.empty(n_rows),
+                np.empty((n_rows, BAND_QUEUE)), np.empty((n_rows, BAND_QUEUE + 8), dtype=np.int64),
+                np.empty((n_rows, BAND_QUEUE), dtype=np.int64), np.empty(n_rows, dtype=np.int64))
         top.pending = have
-    px, pc, pn, pt = (b[:n_rows] for b in have)
+    px, pc, pn, pt, qx, qc, qj, qn = (b[:n_rows] for b in have)
     pn[:] = 0
     pt[:] = -np.inf
-    return px, pc, pn, pt
+    qn[:] = 0
+    return px, pc, pn, pt, qx, qc, qj, qn
 
 
 @dataclass(frozen=True)
@@ -141,33 +176,114 @@ class Candidates:
     norms: np.ndarray | None = None
 
 
+def _with_one_blas_thread(backend_name: str) -> Any:
+    """A context in which each BLAS call runs on its caller's thread alone: the tile path runs
+    one GEMM per kernel thread (a block of rows each, scanned while its tile is in that core's
+    cache) instead of one GEMM on every core between scans. torch: MKL's thread count (a
+    process-wide setting, restored on exit); numpy: threadpoolctl's limit on its BLAS."""
+    if backend_name == "torch":
+        torch = sys.modules["torch"]
+        return _TorchThreads(torch)
+    try:
+        from threadpoolctl import threadpool_limits
+    except ImportError:  # (numpy's BLAS then threads each tile itself: slower, the same results)
+        return contextlib.nullcontext()
+    return threadpool_limits(1, user_api="blas")
+
+
+class _TorchThreads:
+    def __init__(self, torch: Any) -> None:
+        self.torch = torch
+        self.before = 1
+
+    def __enter__(self) -> None:
+        self.before = self.torch.get_num_threads()
+        if self.before != 1:
+            self.torch.set_num_threads(1)
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.before != 1:
+            self.torch.set_num_threads(self.before)
+
+
+_LOCAL = threading.local()
+
+
+def _tile_buffer(n: int) -> np.ndarray:
+    """This thread's tile of scores (kept from call to call: fresh pages cost more than a scan)."""
+    buf = getattr(_LOCAL, "tile", None)
+    if buf is None or buf.size < n:
+        buf = _LOCAL.tile = np.empty(n, dtype=np.float32)
+    return buf
+
+
+@dataclass(frozen=True)
+class _Tile:
+    """One column tile of a part, as its kernel calls take it: columns c0 .. c1-1, each row's
+    bound so far (the running maximum over the part's tiles: entries pending from earlier tiles
+    are cut with it), the positives' bands under it, the tile's exclusions (offsets, columns)."""
+
+    c0: int
+    c1: int
+    eps: np.ndarray  # (rows,)
+    his: np.ndarray  # (rows, positives) fp32
+    los: np.ndarray
+    ex_off: np.ndarray
+    ex_col: np.ndarray
+
+
+def _tiles(q: np.ndarray, e: np.ndarray, norms: np.ndarray, thr: np.ndarray, ex_off: np.ndarray,
+           ex_col: np.ndarray) -> list[_Tile]:
+    """The part's column tiles, for every thread's rows (made once, before the threads)."""
+    C = len(e)
+    starts = range(0, C, TILE_COLS)
+    q_norm = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
+    eps = np.maximum.accumulate(np.stack([bound_of(q_norm, q.shape[1], float(norms[c0 // TILE_COLS]))
+                                          for c0 in starts]), axis=0)
+    his, los = bands(thr[None, :, :], eps[:, :, None])
+    return [_Tile(c0, min(C, c0 + TILE_COLS), eps[t], his[t], los[t],
+                  *_exclusions(ex_off, ex_col, c0, min(C, c0 + TILE_COLS))) for t, c0 in enumerate(starts)]
+
+
 def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndarray, ex_off: np.ndarray,
          ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray, finite: np.ndarray,
          top: Any, more: bool, kernels: Any, n_threads: int) -> None:
     """``fused.gemm_scan``'s contract for the candidates (pool indices from a): the same counts
-    and top-k, from BLAS tiles (see the module's docstring). ``top``: a ``fused.TopK`` (its
-    buffers hold exact scores here; ``tiles``, ``pending``: this path's)."""
+    and top-k, from BLAS tiles (see the module's docstring). Each kernel thread takes a block of
+    the batch's rows and walks it TILE_ROWS rows x TILE_COLS candidates at a time: its own GEMM
+    (one BLAS thread) into its own tile, scanned at once while in its core's cache. ``top``: a
+    ``fused.TopK`` (its buffers hold exact scores here; ``pending``: this path's)."""
     e = cands.e
     norms = cands.norms if cands.norms is not None else tile_norms(e)
     if e.flags.writeable:  # the kernel reads it: one compiled signature, memory-mapped pool or not
         e = e.view()
         e.flags.writeable = False
     B, C = len(q), len(e)
-    if top.tiles is None or top.tiles.size < B * TILE_COLS:
-        top.tiles = np.empty(B * TILE_COLS, dtype=np.float32)
-    px, pc, pn, pt = _pending(top, B)
-    bad = 0
-    eps = np.zeros(B)
-    for c0 in range(0, C, TILE_COLS):
-        c1 = min(C, c0 + TILE_COLS)
-        tile = top.tiles[: B * (c1 - c0)].reshape(B, c1 - c0)
-        eps = np.maximum(eps, bound(q, e[c0:c1], float(norms[c0 // TILE_COLS])))  # (the part's so far)
-        hi, lo = bands(thr, eps)
-        gemm(q, e[c0:c1], tile)
-        off, col = _exclusions(ex_off, ex_col, c0, c1)
-        bad += sum(run_blocks(kernels.tile_scan, B, n_threads, tile, q, e, c0, int(a), thr, hi, lo, pos, off, col,
-                              bool(count_finite), higher, equal, finite, eps, top.k, top.scores, top.index, top.size,
-                              top.threshold, px, pc, pn, pt, c1 == C, bool(more), top.out_v, top.out_i))
+    tiles = _tiles(q, e, norms, thr, ex_off, ex_col)
+    px, pc, pn, pt, qx, qc, qj, qn = _pending(top, B)
+    name = backend()
+    mm = tile_gemm(q, e, [t.c0 for t in tiles], TILE_COLS)
+    a, count_finite, more = int(a), bool(count_finite), bool(more)
+
+    def rows(r0: int, r1: int) -> int:
+        bad = 0
+        buf = _tile_buffer(min(TILE_ROWS, r1 - r0) * min(TILE_COLS, C))
+        for s0 in range(r0, r1, TILE_ROWS):
+            s1 = min(r1, s0 + TILE_ROWS)
+            shaped: dict[int, np.ndarray] = {}  # (the buffer as each tile width's rows)
+            for i, t in enumerate(tiles):
+                w = t.c1 - t.c0
+                out = shaped.get(w)
+                if out is None:
+                    out = shaped[w] = buf[: (s1 - s0) * w].reshape(s1 - s0, w)
+                mm(s0, s1, i, out)
+                bad += kernels.tile_scan(out, q, e, t.c0, a, thr, t.his, t.los, pos, t.ex_off, t.ex_col, count_finite,
+                                         higher, equal, finite, t.eps, top.k, top.scores, top.index, top.size,
+                                         top.threshold, px, pc, pn, pt, qx, qc, qj, qn, t.c1 == C, more, top.out_v, top.out_i, s0, s1)
+        return bad
+
+    with _with_one_blas_thread(name):
+        bad = sum(run_blocks(rows, B, n_threads))
     if bad:
-        raise RBenchError(f"the tile GEMM ({backend()}) returned {bad} scores beyond the proven fp32 "
+        raise RBenchError(f"the tile GEMM ({name}) returned {bad} scores beyond the proven fp32 "
                           "error bound: set RBENCH_GEMM=own (rbench's own GEMM) and report it")

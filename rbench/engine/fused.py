@@ -105,12 +105,11 @@ class TopK:
         self.done = False
         # gemm_scan's per-thread blocks of scores (independent of k and of the rows)
         self.blocks: np.ndarray | None = spare.blocks if spare is not None else None
-        # the BLAS-tile path's (rbench.engine.blas_tiles): its tile buffer and pending lists
-        self.tiles: np.ndarray | None = spare.tiles if spare is not None else None
+        # the BLAS-tile path's (rbench.engine.blas_tiles): its pending lists
         self.pending: tuple[np.ndarray, ...] | None = spare.pending if spare is not None else None
 
     def nbytes(self) -> int:
-        extra = [self.blocks, self.tiles, *(self.pending or ())]
+        extra = [self.blocks, *(self.pending or ())]
         return sum(b.nbytes for b in self._base) + sum(b.nbytes for b in extra if b is not None)
 
 

@@ -17,8 +17,9 @@ pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba not installed
 
 
 def _adversarial(scale: float, seed: int = 0):
-    """A tile GEMM whose every score is moved by up to scale x the bound (random signs and sizes,
-    some exactly at it): a BLAS as far from the exact chain as the bound allows (scale < 1)."""
+    """A tile GEMM (``blas_tiles.tile_gemm``'s) whose every score is moved by up to scale x the
+    bound (random signs and sizes, some exactly at it): a BLAS as far from the exact chain as the
+    bound allows (scale < 1)."""
     rng = np.random.default_rng(seed)
     real = blas_tiles.gemm
 
@@ -30,7 +31,7 @@ def _adversarial(scale: float, seed: int = 0):
         u[edge] = np.sign(u[edge])  # (a third exactly at the limit)
         out[:] = (out.astype(np.float64) + scale * eps * u).astype(np.float32)
 
-    return gemm
+    return lambda q, e, starts, width: lambda s0, s1, t, out: gemm(q[s0:s1], e[starts[t] : starts[t] + width], out)
 
 
 def _near_ties(dim: int, seed: int):
@@ -65,7 +66,7 @@ def test_tiles_equal_the_reference_under_adversarial_blas(monkeypatch, dim, k):
     the bound (so no decision can rest on its bits)."""
     emb, q, queries = _near_ties(dim, seed=dim + k)
     monkeypatch.setattr(blas_tiles, "TILE_COLS", 1536)
-    monkeypatch.setattr(blas_tiles, "gemm", _adversarial(0.99, seed=k))
+    monkeypatch.setattr(blas_tiles, "tile_gemm", _adversarial(0.99, seed=k))
     calls = []
     real = blas_tiles.scan
     monkeypatch.setattr(blas_tiles, "scan", lambda *a, **kw: calls.append(1) or real(*a, **kw))
@@ -93,7 +94,7 @@ def test_top_scores_rising_by_an_ulp_across_tiles(monkeypatch, k):
     emb[best, 0] = 200.0 + np.arange(len(best)) * np.spacing(np.float32(200.0))  # exact scores: 200 + j ulp
     queries = make_queries([[int(rng.integers(n_pool))] for _ in range(n_q)])
     monkeypatch.setattr(blas_tiles, "TILE_COLS", 1024)
-    monkeypatch.setattr(blas_tiles, "gemm", _adversarial(0.99, seed=k))
+    monkeypatch.setattr(blas_tiles, "tile_gemm", _adversarial(0.99, seed=k))
     ref, got = fused_and_reference(monkeypatch, None, queries, make_pool(n_pool),
                                    scorer=vector_scorer(emb, q, queries, pool_checked=True), batch_size=9,
                                    chunk_size=65536, topk=k)
@@ -116,7 +117,7 @@ def test_more_tied_best_candidates_than_the_pending_list_holds(monkeypatch, k):
     emb[best, 0] = 200.0 + (np.arange(len(best)) // 3) * np.spacing(np.float32(200.0))
     queries = make_queries([[int(best[i * 7])] for i in range(n_q)])
     monkeypatch.setattr(blas_tiles, "TILE_COLS", 2048)
-    monkeypatch.setattr(blas_tiles, "gemm", _adversarial(0.99, seed=k))
+    monkeypatch.setattr(blas_tiles, "tile_gemm", _adversarial(0.99, seed=k))
     ref, got = fused_and_reference(monkeypatch, None, queries, make_pool(n_pool),
                                    scorer=vector_scorer(emb, q, queries, pool_checked=True), batch_size=5,
                                    chunk_size=65536, topk=k)
@@ -139,7 +140,7 @@ def test_a_gemm_beyond_the_bound_is_refused(monkeypatch):
     """A tile GEMM off by up to 4x the bound (a reduced-precision or broken BLAS) is caught by
     the recomputed scores: an error, not numbers."""
     emb, q, queries = _near_ties(64, seed=5)
-    monkeypatch.setattr(blas_tiles, "gemm", _adversarial(8.0))
+    monkeypatch.setattr(blas_tiles, "tile_gemm", _adversarial(8.0))
     monkeypatch.setenv("RBENCH_FUSED", "1")
     from rbench.engine.scan import scan
 
