@@ -5,6 +5,9 @@ leaves the bound."""
 
 from __future__ import annotations
 
+import importlib.util
+import threading
+
 import numpy as np
 import pytest
 
@@ -66,6 +69,7 @@ def test_tiles_equal_the_reference_under_adversarial_blas(monkeypatch, dim, k):
     the bound (so no decision can rest on its bits)."""
     emb, q, queries = _near_ties(dim, seed=dim + k)
     monkeypatch.setattr(blas_tiles, "TILE_COLS", 1536)
+    monkeypatch.setattr(blas_tiles, "TILE_ROWS", 3)  # (each thread's rows in several tiles)
     monkeypatch.setattr(blas_tiles, "tile_gemm", _adversarial(0.99, seed=k))
     calls = []
     real = blas_tiles.scan
@@ -147,6 +151,45 @@ def test_a_gemm_beyond_the_bound_is_refused(monkeypatch):
     with pytest.raises(RBenchError, match="beyond the proven fp32 error bound"):
         scan(None, queries, make_pool(len(emb)), scorer=vector_scorer(emb, q, queries, pool_checked=True),
              batch_size=37, topk=10)
+
+
+@pytest.mark.skipif(importlib.util.find_spec("torch") is None, reason="torch not installed")
+def test_each_thread_runs_its_own_one_thread_gemm_and_torch_threads_are_restored(monkeypatch):
+    """The tile path's GEMMs run one BLAS thread each, from the kernel threads themselves (each
+    its own rows' tiles), and torch's thread count is the user's again afterwards."""
+    import torch
+
+    from rbench.engine.kernels import rowblocks
+
+    emb, q, queries = _near_ties(32, seed=2)
+    monkeypatch.setenv("RBENCH_TILE_BLAS", "torch")
+    monkeypatch.setattr(fused._kernels(), "threads", lambda: 2)
+    seen = []
+    real = blas_tiles.tile_gemm
+
+    def spy(*a):
+        mm = real(*a)
+
+        def call(s0, s1, t, out):
+            seen.append((threading.get_ident(), torch.get_num_threads(), s0))
+            mm(s0, s1, t, out)
+
+        return call
+
+    monkeypatch.setattr(blas_tiles, "tile_gemm", spy)
+    before = torch.get_num_threads()
+    torch.set_num_threads(2)
+    try:
+        ref, got = fused_and_reference(monkeypatch, None, queries, make_pool(len(emb)),
+                                       scorer=vector_scorer(emb, q, queries, pool_checked=True), batch_size=37,
+                                       chunk_size=65536, topk=10)
+        assert torch.get_num_threads() == 2
+    finally:
+        torch.set_num_threads(before)
+    assert_same_eval(ref, got)
+    assert {n for _, n, _ in seen} == {1}
+    assert len({ident for ident, _, _ in seen}) == 2 and len({s0 for _, _, s0 in seen}) == 2  # a row block each
+    assert rowblocks.row_blocks(37, 2) == [(0, 18), (18, 37)]
 
 
 def test_bound_holds_for_fp64_rounded_scores():

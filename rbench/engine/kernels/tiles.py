@@ -428,8 +428,8 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
             pn[r] = 0
             if j == m:
                 break
-        if pn[r] > 4 * k or (pt[r] == -np.inf and pn[r] > k):
-            pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r], k // 4 + 8)
+        if pn[r] > 2 * k or (pt[r] == -np.inf and pn[r] > k):
+            pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r], 8)
         if last:
             n, T = bn[r], bt[r]
             if more and n > k:  # later parts: only what may beat the k-th best
