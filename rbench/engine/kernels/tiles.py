@@ -96,7 +96,9 @@ def positives_within(row, a, pos_r, lo, hi):
 @numba.njit(inline="always")
 def gather_flagged(row, fl, cols, xs):
     """The flagged columns (ascending) and their scores into cols/xs; returns how many. The flags
-    are read eight bytes at a time: only non-zero words are looked at."""
+    are read eight bytes at a time: only non-zero words are looked at. (Taking a flagged block's
+    columns without a branch each, the cursor moved by the flags, ran slower: the first tile's
+    flags are dense.)"""
     base = fl.ctypes.data
     m = np.int64(0)  # (not a literal 0: exact_dots, called with it, would compile for Literal[int](0) too)
     for j in range(fl.shape[0] // 8):  # (flags past the row's end are zero)
@@ -413,8 +415,6 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
             qn[r] = 0
         if k == 0:
             continue
-        if sampled and pt[r] == -np.inf:  # at least k of the tile's scores reach the sample's L
-            pt[r] = np.float64(at)
         j = 0
         while True:
             pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps[r])
@@ -428,7 +428,7 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
             pn[r] = 0
             if j == m:
                 break
-        if pn[r] > 2 * k or (pt[r] == -np.inf and pn[r] > k):
+        if pn[r] > k + k // 2 or (pt[r] == -np.inf and pn[r] > k):  # (a tight bound: fewer entries next)
             pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r], 8)
         if last:
             n, T = bn[r], bt[r]
