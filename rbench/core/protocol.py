@@ -145,7 +145,12 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # reason: issue 44, compile time: the scores' row visit written in scan, one fp64
         # kth_largest, bit-cast and load intrinsics for min/max/view, warm-ups with the cyclic GC
         # paused; the same comparisons and tie rule (tests/engine; no number moves)
-        "88105bb476eaab3a9e53f3d5227c753027aba86ae799e4b4104024248c4bb66b"),
+        "88105bb476eaab3a9e53f3d5227c753027aba86ae799e4b4104024248c4bb66b",
+        # reason: issue 44, CPU scan: the BLAS-tile scan runs a one-thread GEMM per kernel thread,
+        # one counting pass a row, band members recomputed together at a part's end, the pending
+        # top-k cut by counting bisection; the same decisions, bit-identical to rbench's own GEMM
+        # (tests/engine/test_blas_tiles.py; no number moves)
+        "6b7f22b1cdc01ada492d1f31fa27e999c9869191158a4ef13a16245e0fcab7ea"),
 }
 
 

@@ -2,9 +2,11 @@
 
 Why: rbench's own GEMM (``kernels.gemm``, 8-lane AVX2) runs at about half the speed of MKL or of
 OpenBLAS on its AVX-512 kernel (``benchmarks/engine_vs_blas.py``), and the scan after it costs
-little. Here each column tile of a query batch's scores is computed by the best BLAS available
-(torch's ``mm``, MKL, into one reused buffer; numpy's ``matmul`` without torch), then scanned
-by ``kernels.tiles.tile_scan`` while it is in cache. The scores a BLAS computes differ from the
+little. Here each kernel thread takes a block of a query batch's rows and, tile by tile of
+candidates, computes its rows' scores with the best BLAS available (torch's ``mm``, MKL; numpy's
+``matmul`` without torch), one BLAS thread per call, into its own buffer, and scans them at once
+with ``kernels.tiles.tile_scan`` (no barrier between a GEMM on every core and a scan on every
+core; the scores are read back while in cache). The scores a BLAS computes differ from the
 engine's definition (one fp32 fma chain in k order: ``pair_dots``, the positives' scores) by a
 few ulps; the scan is *certified*: it decides from the BLAS score only where the proven error
 bound leaves no doubt and recomputes the rest exactly, so ranks, ties and the top-k are those
@@ -21,8 +23,8 @@ import os
 import sys
 import threading
 import warnings
-from dataclasses import dataclass
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -30,9 +32,11 @@ import numpy as np
 from rbench.core.errors import RBenchError
 from rbench.engine.kernels.rowblocks import run_blocks
 
-TILE_COLS = 4096  # candidates a tile and
-TILE_ROWS = 1024  # query rows a tile: 2 MiB of scores, in a core's cache for its scan; MKL's GEMM
-# of 512 x 1,024 runs as fast as one of the whole batch (256 rows: 5-9% slower, 1 thread)
+TILE_COLS = 4096  # candidates a tile, and
+TILE_ROWS = 1024  # query rows a tile at most (a thread's rows of a 1,024-query batch: one tile high)
+# Measured (ad-hoc, d = 128, 1 and 2 threads, this 2-core VM): tiles of 0.5-2 MiB that a core's L2
+# holds (512 x 1,024, 256 x 2,048) ran no faster than these 8-16 MiB ones, read back from L3: MKL
+# packs its operands once a call, and each row pays its top-k's steps once a tile.
 _U = 2.0**-24  # fp32's unit roundoff
 _TINY = 2.0**-126  # smallest normal fp32: the most a flushed subnormal moves one operation
 
