@@ -32,11 +32,21 @@ import numpy as np
 from rbench.core.errors import RBenchError
 from rbench.engine.kernels.rowblocks import run_blocks
 
-TILE_COLS = 4096  # candidates a tile, and
+TILE_COLS = 4096  # candidates a tile at most,
+TILE_BYTES = 1 << 21  # and their vectors' bytes at most (what each GEMM call packs: a core's L2)
 TILE_ROWS = 1024  # query rows a tile at most (a thread's rows of a 1,024-query batch: one tile high)
-# Measured (ad-hoc, d = 128, 1 and 2 threads, this 2-core VM): tiles of 0.5-2 MiB that a core's L2
-# holds (512 x 1,024, 256 x 2,048) ran no faster than these 8-16 MiB ones, read back from L3: MKL
-# packs its operands once a call, and each row pays its top-k's steps once a tile.
+# Measured (ad-hoc, this 2-core VM): at d = 128, tiles of 0.5-2 MiB of scores that a core's L2
+# holds (512 x 1,024, 256 x 2,048) ran no faster than these 8-16 MiB ones, read back from L3 (MKL
+# packs its operands once a call, and each row pays its top-k's steps once a tile); at d = 1024,
+# 2 threads, 512-candidate tiles (2 MiB of vectors, each thread packing its own) ran 1.70x the
+# GEMM against 1.97x for 4,096 (16 MiB packed twice, once a thread).
+
+
+def tile_cols(dim: int) -> int:
+    """How many candidates a tile holds at dimension dim (TILE_COLS, fewer at large dim)."""
+    return max(256, min(TILE_COLS, TILE_BYTES // (4 * max(1, dim))))
+
+
 _U = 2.0**-24  # fp32's unit roundoff
 _TINY = 2.0**-126  # smallest normal fp32: the most a flushed subnormal moves one operation
 
@@ -103,10 +113,11 @@ def gemm(q: np.ndarray, e: np.ndarray, out: np.ndarray) -> None:
 
 
 def tile_norms(e: np.ndarray) -> np.ndarray:
-    """Each TILE_COLS tile's largest squared candidate norm (fp32 sums: within gamma_K of the
+    """Each tile's (``tile_cols``) largest squared candidate norm (fp32 sums: within gamma_K of the
     truth, widened in ``bound``). The dense scorer keeps them per chunk for every query batch."""
     sq = np.einsum("ij,ij->i", e, e)
-    return np.array([sq[c : c + TILE_COLS].max(initial=0.0) for c in range(0, len(e), TILE_COLS)])
+    w = tile_cols(e.shape[1])
+    return np.array([sq[c : c + w].max(initial=0.0) for c in range(0, len(e), w)])
 
 
 def bound(q: np.ndarray, e: np.ndarray, e_sq: float | None = None) -> np.ndarray:
@@ -240,13 +251,14 @@ def _tiles(q: np.ndarray, e: np.ndarray, norms: np.ndarray, thr: np.ndarray, ex_
            ex_col: np.ndarray) -> list[_Tile]:
     """The part's column tiles, for every thread's rows (made once, before the threads)."""
     C = len(e)
-    starts = range(0, C, TILE_COLS)
+    w = tile_cols(e.shape[1])
+    starts = range(0, C, w)
     q_norm = np.sqrt(np.einsum("ij,ij->i", q, q, dtype=np.float64))
-    eps = np.maximum.accumulate(np.stack([bound_of(q_norm, q.shape[1], float(norms[c0 // TILE_COLS]))
+    eps = np.maximum.accumulate(np.stack([bound_of(q_norm, q.shape[1], float(norms[c0 // w]))
                                           for c0 in starts]), axis=0)
     his, los = bands(thr[None, :, :], eps[:, :, None])
-    return [_Tile(c0, min(C, c0 + TILE_COLS), eps[t], his[t], los[t],
-                  *_exclusions(ex_off, ex_col, c0, min(C, c0 + TILE_COLS))) for t, c0 in enumerate(starts)]
+    return [_Tile(c0, min(C, c0 + w), eps[t], his[t], los[t], *_exclusions(ex_off, ex_col, c0, min(C, c0 + w)))
+            for t, c0 in enumerate(starts)]
 
 
 def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndarray, ex_off: np.ndarray,
@@ -254,7 +266,7 @@ def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndar
          top: Any, more: bool, kernels: Any, n_threads: int) -> None:
     """``fused.gemm_scan``'s contract for the candidates (pool indices from a): the same counts
     and top-k, from BLAS tiles (see the module's docstring). Each kernel thread takes a block of
-    the batch's rows and walks it TILE_ROWS rows x TILE_COLS candidates at a time: its own GEMM
+    the batch's rows and walks it TILE_ROWS rows x ``tile_cols`` candidates at a time: its own GEMM
     (one BLAS thread) into its own tile, scanned at once while in its core's cache. ``top``: a
     ``fused.TopK`` (its buffers hold exact scores here; ``pending``: this path's)."""
     e = cands.e
@@ -266,12 +278,13 @@ def scan(q: np.ndarray, cands: Candidates, a: int, thr: np.ndarray, pos: np.ndar
     tiles = _tiles(q, e, norms, thr, ex_off, ex_col)
     px, pc, pn, pt, qx, qc, qj, qn = _pending(top, B)
     name = backend()
-    mm = tile_gemm(q, e, [t.c0 for t in tiles], TILE_COLS)
+    width = tile_cols(e.shape[1])
+    mm = tile_gemm(q, e, [t.c0 for t in tiles], width)
     a, count_finite, more = int(a), bool(count_finite), bool(more)
 
     def rows(r0: int, r1: int) -> int:
         bad = 0
-        buf = _tile_buffer(min(TILE_ROWS, r1 - r0) * min(TILE_COLS, C))
+        buf = _tile_buffer(min(TILE_ROWS, r1 - r0) * min(width, C))
         for s0 in range(r0, r1, TILE_ROWS):
             s1 = min(r1, s0 + TILE_ROWS)
             shaped: dict[int, np.ndarray] = {}  # (the buffer as each tile width's rows)

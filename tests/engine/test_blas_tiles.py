@@ -235,3 +235,12 @@ def test_a_bad_gemm_mode_is_refused(monkeypatch):
     monkeypatch.setenv("RBENCH_GEMM", "fast")
     with pytest.raises(RBenchError, match="RBENCH_GEMM must be tile, own or blas"):
         fused.own_gemm(8)
+
+
+def test_tiles_narrow_as_the_dimension_grows():
+    """A tile's candidates' vectors stay within TILE_BYTES (what each GEMM call packs), and the
+    tile norms the scorer keeps are one per tile of that width."""
+    assert [blas_tiles.tile_cols(d) for d in (16, 128, 256, 1024, 10**6)] == [4096, 4096, 2048, 512, 256]
+    e = np.ones((1100, 1024), dtype=np.float32)
+    e[600] = 2.0
+    assert blas_tiles.tile_norms(e).tolist() == [1024.0, 4096.0, 1024.0]  # columns 0-511, 512-1023, 1024-1099
