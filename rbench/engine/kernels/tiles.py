@@ -184,7 +184,7 @@ def flush_band(qr, e, r, thr, higher, equal, qx, qc, qj, n, eps, ys):
     return bad
 
 
-@numba.njit(inline="always")
+@numba.njit(**HELPER)  # (not inlined: one call a positive and tile; inlined it took ~1 s of the first compile)
 def rank_positive(row, qr, e, c0, r, a, j, h, g, thr, his, los, pos, higher, equal, eps, fl, band, bxs, qx, qc, qj,
                   qn, ys):
     """Positive j's exact rank counts over this tile from its counts (h: BLAS scores above its
@@ -321,7 +321,7 @@ def topk_cuts(row, k, T, pt, eps, sample):
     return max32(cut, down32(L - 2.0 * eps)), np.float32(L), cut, True
 
 
-@numba.njit(inline="always")
+@numba.njit(**HELPER)  # (not inlined: once a row and tile; inlined it lengthened the first compile)
 def append_pending(xs, cols, m, j, c0, k, px, pc, pn, pt, eps):
     """Append selected entries j.. to the pending list (cut to ``keep_near_top`` when full).
     Returns (pn, pt, the first entry not appended: m, or less when the list stays full)."""
@@ -339,7 +339,7 @@ def append_pending(xs, cols, m, j, c0, k, px, pc, pn, pt, eps):
     return pn, pt, j
 
 
-@numba.njit(inline="always")
+@numba.njit(**HELPER)  # (not inlined: once a row and part; inlined it lengthened the first compile)
 def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
     """The pending list's exact scores (each checked against the bound) into the row's buffer of
     exact scores (ascending pool index; when full its k best are kept, ``keep_best``: ties to
@@ -390,23 +390,20 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
         if want_finite:
             finite[r] += finite_count(row)
         hi0, lo0 = (his[r, 0], los[r, 0]) if pos[r, 0] >= 0 else (none, none)
-        m, sampled, at = 0, False, F32_LOWEST
-        if k == 0:  # the rank counts alone: two counts a score
-            h, g = band_counts(row, hi0, lo0)
-        else:  # and the top-k's candidates flagged (the first tile's cut from a sample, checked)
+        m, h, g = 0, np.int32(0), np.int32(0)
+        if k > 0:  # the top-k's candidates flagged with the first positive's counts (the first
+            # tile's cut from a sample, checked: at least k reach it; each helper one call site)
             first, at, fallback, sampled = topk_cuts(row, k, bt[r], pt[r], eps[r], sample)
+            n_at = np.int32(0)
             if sampled:
                 h, g, n_at = row_pass(row, hi0, lo0, first, at, fl)
-                if n_at < k:  # an unlucky sample: every finite score above the exact cut
-                    h, g = count_flag(row, hi0, lo0, fallback, fl)
-                    sampled = False
-            else:
-                h, g = count_flag(row, hi0, lo0, first, fl)
+            if not sampled or n_at < k:  # (after an unlucky sample: every finite score above T - eps)
+                h, g = count_flag(row, hi0, lo0, fallback if sampled else first, fl)
             m = gather_flagged(row, fl, cols, xs)
         for j in range(thr.shape[1]):  # (fl is free now)
             if pos[r, j] < 0:
                 continue
-            if j > 0:
+            if j > 0 or k == 0:  # (the rank counts alone: two counts a score)
                 h, g = band_counts(row, his[r, j], los[r, j])
             bad += rank_positive(row, q[r], e, c0, r, a + c0, j, h, g, thr, his, los, pos, higher, equal, eps[r], fl,
                                  band, bxs, qx, qc, qj, qn, ys)
