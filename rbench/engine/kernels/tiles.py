@@ -359,6 +359,34 @@ def flush_row(qr, e, a, k, bv, bi, n, T, px, pc, pn, eps, ys):
     return n, T, bad
 
 
+@numba.njit(**HELPER)  # (not inlined: once a row and tile)
+def pend_row(qr, e, a, c0, k, xs, cols, m, last, more, px, pc, pn, pt, bv, bi, bn, bt, r, eps, ys):
+    """Row r's selected entries of this tile (xs/cols[:m]) into its pending list; at the part's
+    last tile (or when the list stays full of near-ties) the pending entries recomputed exactly
+    into the row's buffer (``flush_row``), cut to what may beat the k-th best when parts follow;
+    the list cut to a tight bound when long (fewer entries flagged next). Returns the bound's
+    violations."""
+    bad = 0
+    j = 0
+    while True:
+        pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps)
+        if j == m and not last:
+            break
+        if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
+            pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps, 8)
+        bn[r], bt[r], b = flush_row(qr, e, a, k, bv[r], bi[r], bn[r] if bn[r] > 0 else 0, bt[r], px[r], pc[r], pn[r],
+                                    eps, ys)  # (pt stays a bound: its entries moved to bv)
+        bad += b
+        pn[r] = 0
+        if j == m:
+            break
+    if pn[r] > k + k // 2 or (pt[r] == -np.inf and pn[r] > k):  # (a tight bound: fewer entries next)
+        pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps, 8)
+    if last and more and bn[r] > k:  # later parts: only what may beat the k-th best
+        bn[r], bt[r] = keep_best(bv[r], bi[r], bn[r], k)
+    return bad
+
+
 @numba.njit(**BODY)
 def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, higher, equal, finite, eps, k, bv,
               bi, bn, bt, px, pc, pn, pt, qx, qc, qj, qn, last, more, out_v, out_i, r0, r1):
@@ -412,26 +440,7 @@ def tile_scan(s, q, e, c0, a, thr, his, los, pos, ex_off, ex_col, want_finite, h
             qn[r] = 0
         if k == 0:
             continue
-        j = 0
-        while True:
-            pn[r], pt[r], j = append_pending(xs, cols, m, j, c0, k, px[r], pc[r], pn[r], pt[r], eps[r])
-            if j == m and not last:
-                break
-            if j == m and pn[r] > k:  # the part's last tile: recompute only what may enter
-                pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r], 8)
-            bn[r], bt[r], b = flush_row(q[r], e, a, k, bv[r], bi[r], bn[r] if bn[r] > 0 else 0, bt[r], px[r], pc[r], pn[r],
-                                        eps[r], ys)  # (pt stays a bound: its entries moved to bv)
-            bad += b
-            pn[r] = 0
-            if j == m:
-                break
-        if pn[r] > k + k // 2 or (pt[r] == -np.inf and pn[r] > k):  # (a tight bound: fewer entries next)
-            pn[r], pt[r] = keep_near_top(px[r], pc[r], pn[r], k, eps[r], 8)
-        if last:
-            n, T = bn[r], bt[r]
-            if more and n > k:  # later parts: only what may beat the k-th best
-                n, T = keep_best(bv[r], bi[r], n, k)
-            bn[r], bt[r] = n, T
-            if not more:
-                finish_row(bv[r], bi[r], n, k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, row)
+        bad += pend_row(q[r], e, a, c0, k, xs, cols, m, last, more, px, pc, pn, pt, bv, bi, bn, bt, r, eps[r], ys)
+        if last and not more:
+            finish_row(bv[r], bi[r], bn[r], k, out_v[r], out_i[r], keys, tmp_k, tmp_v, tmp_i, hist, row)
     return bad
