@@ -172,7 +172,7 @@ def _pending(top: Any, n_rows: int) -> tuple[np.ndarray, ...]:
     if have is None or have[0].shape[0] < n_rows or have[0].shape[1] != width:
         have = (np.empty((n_rows, width), dtype=np.float64), np.empty((n_rows, width), dtype=np.int64),
                 np.empty(n_rows, dtype=np.int64), np.empty(n_rows),
-                np.empty((n_rows, BAND_QUEUE)), np.empty((n_rows, BAND_QUEUE + 8), dtype=np.int64),
+                np.empty((n_rows, BAND_QUEUE)), np.empty((n_rows, BAND_QUEUE), dtype=np.int64),
                 np.empty((n_rows, BAND_QUEUE), dtype=np.int64), np.empty(n_rows, dtype=np.int64))
         top.pending = have
     px, pc, pn, pt, qx, qc, qj, qn = (b[:n_rows] for b in have)
@@ -197,8 +197,7 @@ def _with_one_blas_thread(backend_name: str) -> Any:
     cache) instead of one GEMM on every core between scans. torch: MKL's thread count (a
     process-wide setting, restored on exit); numpy: threadpoolctl's limit on its BLAS."""
     if backend_name == "torch":
-        torch = sys.modules["torch"]
-        return _TorchThreads(torch)
+        return _one_torch_thread(sys.modules["torch"])
     try:
         from threadpoolctl import threadpool_limits
     except ImportError:  # (numpy's BLAS then threads each tile itself: slower, the same results)
@@ -206,19 +205,14 @@ def _with_one_blas_thread(backend_name: str) -> Any:
     return threadpool_limits(1, user_api="blas")
 
 
-class _TorchThreads:
-    def __init__(self, torch: Any) -> None:
-        self.torch = torch
-        self.before = 1
-
-    def __enter__(self) -> None:
-        self.before = self.torch.get_num_threads()
-        if self.before != 1:
-            self.torch.set_num_threads(1)
-
-    def __exit__(self, *exc: Any) -> None:
-        if self.before != 1:
-            self.torch.set_num_threads(self.before)
+@contextlib.contextmanager
+def _one_torch_thread(torch: Any) -> Any:
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        yield
+    finally:
+        torch.set_num_threads(before)
 
 
 _LOCAL = threading.local()
