@@ -2,7 +2,8 @@
 
 rbench's evaluation of Q queries x P candidates (every positive's exact rank + top-k, the default
 BLAS-tile path) against, on the same arrays: torch's ``mm`` alone (MKL), numpy's GEMM alone with
-OpenBLAS on its right kernel (``OPENBLAS_CORETYPE=SkylakeX``, read when OpenBLAS loads: a worker
+OpenBLAS on its right kernel (``OPENBLAS_CORETYPE``: SkylakeX with AVX-512, Haswell with AVX2,
+``machine.openblas_coretype``; read when OpenBLAS loads: a worker
 subprocess, driven round by round from here, so both see the same machine state), faiss
 ``IndexFlatIP`` top-k if installed, and rbench's previous path (its own GEMM fused with the
 scan, ``RBENCH_GEMM=own``). Each GEMM alone writes batch x pool blocks into one buffer touched
@@ -35,7 +36,7 @@ import rbench  # noqa: E402,F401,I001  (before numpy: it sets OpenBLAS's thread 
 import numpy as np  # noqa: E402
 
 from benchmarks.engine_scale import _setup, _Stub  # noqa: E402
-from benchmarks.machine import load_now, machine_line  # noqa: E402
+from benchmarks.machine import load_now, machine_line, openblas_coretype  # noqa: E402
 
 BATCH = 1024  # the engine's query batch (scan's batch_size here)
 _SETTLE_S = 0.3  # OpenMP / OpenBLAS threads spin for a while after a call: pause before each timing
@@ -70,10 +71,14 @@ def worker(n_q: int, n_pool: int, dim: int) -> None:
 
 
 class Worker:
-    """The numpy-GEMM subprocess with OPENBLAS_CORETYPE=SkylakeX and the round's thread count."""
+    """The numpy-GEMM subprocess with OpenBLAS forced to this CPU's widest kernel and the round's
+    thread count."""
 
     def __init__(self, n_q: int, n_pool: int, dim: int, threads: int) -> None:
-        env = {**os.environ, "OPENBLAS_CORETYPE": "SkylakeX", "OPENBLAS_NUM_THREADS": str(threads)}
+        env = {**os.environ, "OPENBLAS_NUM_THREADS": str(threads)}
+        kernel = openblas_coretype()
+        if kernel:
+            env["OPENBLAS_CORETYPE"] = kernel
         self.proc = subprocess.Popen([sys.executable, __file__, "--worker", f"{n_q},{n_pool},{dim}"], env=env,
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         self.machine = json.loads(self._line())["machine"]
@@ -162,7 +167,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
     identical = all(np.array_equal(getattr(tile_res, f), getattr(own_res, f))
                     for f in ("higher", "equal", "n_ranked", "topk_index", "topk_score"))
     work = Worker(n_q, n_pool, dim, threads)
-    contenders["numpy_skylakex"] = work.time
+    contenders["numpy_blas"] = work.time
     work.time()
     times: dict[str, list[float]] = {k: [] for k in contenders}
     names = list(contenders)
@@ -173,7 +178,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
             times[name].append(contenders[name]())
     work.close()
     t = {k: np.array(v) for k, v in times.items()}
-    fastest = np.minimum(t["torch_mm"], t["numpy_skylakex"])  # per round: the fastest GEMM
+    fastest = np.minimum(t["torch_mm"], t["numpy_blas"])  # per round: the fastest GEMM
     ratio = t["engine"] / fastest
     return {"dim": dim, "threads": threads, "queries": n_q, "pool": n_pool, "topk": topk, "rounds": rounds,
             **{f"{k}_s": float(np.median(v)) for k, v in t.items()},
@@ -187,7 +192,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
 def report(rows: list[dict], command: str, load: str) -> str:
     """The results file's markdown."""
     cols = ["queries x pool x dim", "threads", "rbench (BLAS tiles) s", "torch mm alone s", "numpy GEMM alone "
-            "(SkylakeX) s", "rbench / fastest GEMM (goal <= 1.15)", "its quartiles", "rbench own GEMM s",
+            f"({openblas_coretype() or 'detected'}) s", "rbench / fastest GEMM (goal <= 1.15)", "its quartiles", "rbench own GEMM s",
             "own / fastest", "rbench ranks only (top-0) / fastest", "faiss s", "rbench / faiss", "identical to own"]
     lines = ["# rbench's exact scan vs the fastest GEMM", "", f"Command: `{command}`", "",
              machine_line(), "", f"numpy worker: {rows[0]['worker_machine']}", "",
@@ -201,7 +206,7 @@ def report(rows: list[dict], command: str, load: str) -> str:
         faiss_s = f"{r['faiss_s']:.3f}" if r.get("faiss_s") else "-"
         faiss_r = f"{r['faiss_ratio']:.2f}" if r.get("faiss_ratio") else "-"
         lines.append(f"| {r['queries']} x {r['pool']} x {r['dim']} | {r['threads']} | {r['engine_s']:.3f} | "
-                     f"{r['torch_mm_s']:.3f} | {r['numpy_skylakex_s']:.3f} | **{r['ratio']:.2f}** | "
+                     f"{r['torch_mm_s']:.3f} | {r['numpy_blas_s']:.3f} | **{r['ratio']:.2f}** | "
                      f"{r['ratio_q'][0]:.2f}-{r['ratio_q'][1]:.2f} | {r['engine_own_s']:.3f} | {r['own_ratio']:.2f} | "
                      f"{r['ranks_ratio']:.2f} | "
                      f"{faiss_s} | {faiss_r} | {r['identical']} |")

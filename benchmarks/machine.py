@@ -92,6 +92,19 @@ def machine_line(m: Machine | None = None) -> str:
     return ". ".join(parts) + "."
 
 
+def openblas_coretype(isa: list[str] | None = None) -> str | None:
+    """The OpenBLAS kernel to force for this CPU's widest vectors (``OPENBLAS_CORETYPE``, read when
+    OpenBLAS loads): SkylakeX with AVX-512, Haswell with AVX2 + FMA (OpenBLAS's Zen kernels are its
+    Haswell ones), else None (OpenBLAS's own detection). Forcing a kernel the CPU lacks stops the
+    process with an illegal instruction, so this is decided from the CPU's flags, never assumed."""
+    flags = _cpuinfo()[1] if isa is None else isa
+    if "avx512f" in flags:
+        return "SkylakeX"
+    if "avx2" in flags and "fma" in flags:
+        return "Haswell"
+    return None
+
+
 def load_now() -> str:
     """``uptime``'s line: the load a measurement ran under (a results file states it at its start
     and end, since on a shared machine wall seconds grow with the load)."""

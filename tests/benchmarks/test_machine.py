@@ -31,3 +31,12 @@ def test_line_names_the_openblas_kernel_and_the_variables(monkeypatch):
     line = machine.machine_line()
     assert f"kernel {libs[0]['architecture']}" in line and "OPENBLAS_CORETYPE=SkylakeX" in line
     assert machine._cpuinfo()[0] in line
+
+
+def test_openblas_kernel_follows_the_widest_vectors_the_cpu_has():
+    # forcing SkylakeX on an AVX2-only CPU (this project's machines are both kinds) would stop the
+    # benchmark's numpy worker with an illegal instruction
+    assert machine.openblas_coretype(["avx512f", "avx2", "fma"]) == "SkylakeX"
+    assert machine.openblas_coretype(["avx2", "fma", "avx"]) == "Haswell"
+    assert machine.openblas_coretype(["avx", "sse4_2"]) is None
+    assert machine.openblas_coretype() == machine.openblas_coretype(machine._cpuinfo()[1])
