@@ -13,12 +13,14 @@ bound leaves no doubt and recomputes the rest exactly, so ranks, ties and the to
 of the engine's own GEMM, bit for bit (``tests/engine/test_blas_tiles.py``). Each recomputed
 score is also checked against the bound: a GEMM beyond it raises, it is never trusted.
 
-``RBENCH_TILE_BLAS``: ``torch`` / ``numpy`` / ``auto`` (torch when importable, the default).
+``RBENCH_TILE_BLAS``: ``torch`` / ``numpy`` / ``auto`` (the default: torch when importable on an
+Intel CPU, else numpy).
 """
 
 from __future__ import annotations
 
 import contextlib
+import functools
 import os
 import sys
 import threading
@@ -51,8 +53,24 @@ _U = 2.0**-24  # fp32's unit roundoff
 _TINY = 2.0**-126  # smallest normal fp32: the most a flushed subnormal moves one operation
 
 
+@functools.cache
+def _intel() -> bool:
+    """Whether the CPU is an Intel one (MKL's fast kernels are dispatched for Intel CPUs: on a Zen 3
+    torch's ``mm`` ran 1.7-1.9x slower than OpenBLAS on its Haswell kernel, 3,000 x 25,000 at
+    d = 128 and 1,024, ``benchmarks/engine_vs_blas.py``). Linux's /proc/cpuinfo; elsewhere assumed."""
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
+            for line in f:
+                if line.startswith("vendor_id"):
+                    return "GenuineIntel" in line
+    except OSError:
+        pass
+    return True
+
+
 def backend() -> str:
-    """Which GEMM computes the tiles: torch's (MKL) when importable, else numpy's."""
+    """Which GEMM computes the tiles: torch's (MKL) when importable on an Intel CPU, else numpy's
+    (OpenBLAS)."""
     want = os.environ.get("RBENCH_TILE_BLAS", "auto")
     if want not in ("auto", "torch", "numpy"):
         raise RBenchError(f"RBENCH_TILE_BLAS must be auto, torch or numpy, got {want!r}")
@@ -62,8 +80,10 @@ def backend() -> str:
         # torch's OpenMP threads spin after each mm, on the cores the scan needs next (2.5x the
         # d = 128 scan on 2 cores); told to sleep unless the user chose (read when torch loads)
         os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+    if want == "auto" and not _intel():
+        return "numpy"
     try:
-        import torch  # noqa: F401  (MKL: ~1.2x OpenBLAS on its best kernel here)
+        import torch  # noqa: F401  (MKL: ~1.2x OpenBLAS on its best kernel on a Xeon)
     except ImportError:
         if want == "torch":
             raise RBenchError("RBENCH_TILE_BLAS=torch but torch is not installed") from None

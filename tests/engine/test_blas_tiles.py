@@ -19,6 +19,13 @@ from tests.helpers import assert_same_eval, fused_and_reference, make_pool, make
 pytestmark = pytest.mark.skipif(not fused.enabled(), reason="numba not installed")
 
 
+@pytest.fixture(autouse=True)
+def _tile_road(monkeypatch):
+    """The BLAS-tile road whatever this CPU's vectors (``RBENCH_GEMM=auto`` takes rbench's own
+    GEMM on a CPU without AVX-512)."""
+    monkeypatch.setenv("RBENCH_GEMM", "tile")
+
+
 def _adversarial(scale: float, seed: int = 0):
     """A tile GEMM (``blas_tiles.tile_gemm``'s) whose every score is moved by up to scale x the
     bound (random signs and sizes, some exactly at it): a BLAS as far from the exact chain as the
@@ -233,8 +240,33 @@ def test_both_fused_gemm_paths_equal_the_reference(monkeypatch, mode):
 
 def test_a_bad_gemm_mode_is_refused(monkeypatch):
     monkeypatch.setenv("RBENCH_GEMM", "fast")
-    with pytest.raises(RBenchError, match="RBENCH_GEMM must be tile, own or blas"):
+    with pytest.raises(RBenchError, match="RBENCH_GEMM must be auto, tile, own or blas"):
         fused.own_gemm(8)
+
+
+@pytest.mark.parametrize("avx512", [True, False])
+def test_auto_takes_the_road_of_the_cpus_widest_vectors(monkeypatch, avx512):
+    """RBENCH_GEMM unset (auto): BLAS tiles where the CPU has AVX-512 (the BLAS kernels are twice
+    as wide as rbench's micro-kernel), rbench's GEMM fused with the scan where it has not."""
+    from llvmlite import binding
+
+    assert fused.host_avx512() is bool(binding.get_host_cpu_features().get("avx512f"))
+    monkeypatch.delenv("RBENCH_GEMM")
+    monkeypatch.setattr(fused, "host_avx512", lambda: avx512)
+    assert fused.tile_gemm() is avx512
+    assert fused.own_gemm(128)  # (both roads give rbench's own bits)
+
+
+@pytest.mark.parametrize("intel", [True, False])
+def test_tile_blas_auto_is_mkl_on_intel_only(monkeypatch, intel):
+    """RBENCH_TILE_BLAS=auto: torch's MKL on an Intel CPU (when torch imports), OpenBLAS through
+    numpy elsewhere (MKL ran 1.7-1.9x slower than OpenBLAS on a Zen 3); a choice always wins."""
+    pytest.importorskip("torch")
+    monkeypatch.delenv("RBENCH_TILE_BLAS", raising=False)
+    monkeypatch.setattr(blas_tiles, "_intel", lambda: intel)
+    assert blas_tiles.backend() == ("torch" if intel else "numpy")
+    monkeypatch.setenv("RBENCH_TILE_BLAS", "torch")
+    assert blas_tiles.backend() == "torch"
 
 
 def test_tiles_narrow_as_the_dimension_grows():

@@ -146,10 +146,12 @@ def _child(code: str, **env: str) -> dict:
     return json.loads(line.removeprefix("PROBE "))
 
 
-@pytest.fixture(scope="module")
-def probe(tmp_path_factory) -> dict:
+@pytest.fixture(scope="module", params=["tile", "own"])
+def probe(request, tmp_path_factory) -> dict:
+    """Both dense roads (``RBENCH_GEMM=auto`` takes one or the other by the CPU's vectors)."""
     pytest.importorskip("numba")
-    return _child(_PROBE, RBENCH_HOME=str(tmp_path_factory.mktemp("home")))
+    out = _child(_PROBE, RBENCH_HOME=str(tmp_path_factory.mktemp("home")), RBENCH_GEMM=request.param)
+    return {**out, "mode": request.param}
 
 
 def test_warmup_follows_the_switches_once_per_process(probe):
@@ -158,9 +160,10 @@ def test_warmup_follows_the_switches_once_per_process(probe):
     assert len(gemm_only["gemm.pack_columns"]) == 1  # candidates read-only, memory-mapped or not
     assert not gemm_only["fused.scan"] and not gemm_only["fused.gemm_scan"]  # RBENCH_FUSED=0
     warmed = probe["warmed"]
-    assert len(warmed["tiles.tile_scan"]) == 1  # BLAS tiles: candidates read-only, one signature
+    tiles = probe["mode"] == "tile"
+    assert len(warmed["tiles.tile_scan"]) == tiles  # BLAS tiles: candidates read-only, one signature
     assert not warmed["fused.scan"]  # a ranker's scores: compiled by their first chunk, per precision
-    assert not warmed["fused.gemm_scan"]  # (rbench's fused GEMM only with RBENCH_GEMM=own)
+    assert len(warmed["fused.gemm_scan"]) == (not tiles)  # rbench's fused GEMM on its own road only
     assert probe["gemm_only_s"] > 0 and probe["rest_s"] > 0  # each switch warmed when first on
     assert probe["again_s"] == 0.0
     assert len(probe["end"]["fused.scan"]) == 2  # fp32 and fp64 scores, once the evaluations saw both

@@ -128,11 +128,13 @@ def test_a_candidate_identical_to_a_positive_ties_with_it(monkeypatch, dim, stor
 @pytest.mark.parametrize("k", [0, 1, 100])
 def test_fused_gemm_scan_equals_numpy_passes(monkeypatch, case, k):
     """The dense scorer's fused GEMM + scan against the numpy passes over the same GEMM's scores:
-    rows in several MC blocks and threads (a batch of 101), a pool not a multiple of 16 in one
+    rows in several MC blocks on each of two threads (a batch of 2 MC + 13), a pool not a multiple of 16 in one
     chunk and in uneven chunks, several graded positives, coarse vectors (heavy ties at the
     positives and at the top-k threshold), exclusions inside and across chunks."""
+    from rbench.engine.kernels.gemm import MC
+
     rng = np.random.default_rng(5)
-    n_pool, n_q, dim = 7003, 101, 24
+    n_pool, n_q, dim = 7003, 2 * MC + 13, 24
     emb = rng.standard_normal((n_pool, dim)).astype(np.float32)
     q = rng.standard_normal((n_q, dim)).astype(np.float32)
     if case == "ties":
@@ -149,10 +151,12 @@ def test_fused_gemm_scan_equals_numpy_passes(monkeypatch, case, k):
     real = fused.gemm_scan
     monkeypatch.setattr(fused, "gemm_scan", lambda *a, **kw: calls.append(1) or real(*a, **kw))
     for chunk in (65536, 2500):
-        ref, got = _both(monkeypatch, None, queries, make_pool(n_pool), scorer=scorer, batch_size=101,
+        ref, got = _both(monkeypatch, None, queries, make_pool(n_pool), scorer=scorer, batch_size=n_q,
                          chunk_size=chunk, topk=k)
         _check_same(ref, got)
-    assert len(calls) == 1 + 3  # one chunk, then three: the fused path ran (not the numpy passes)
+    # one chunk, then three, each in parts of gemm_width(): the fused path ran (not the numpy passes)
+    parts = [-(-size // fused.gemm_width()) for size in (n_pool, 2500, 2500, n_pool - 5000)]
+    assert len(calls) == sum(parts)
     if k:
         s = q.astype(np.float64) @ emb.T.astype(np.float64)
         if exclude is not None:

@@ -24,20 +24,8 @@ and no ``min``, ``max``, ``array.view`` or ``.copy()`` (each an implementation c
 
 from __future__ import annotations
 
-import os
-
 import numba
 import numpy as np
-
-# Threads of ``gemm_scan`` (RBENCH_GEMM=own; the one parallel kernel left): the engine alternates
-# BLAS GEMMs (OpenBLAS's threads) with the kernels. numba's default OpenMP layer (GNU libgomp) leaves its threads spinning after each kernel, on the cores
-# the next GEMM needs (and OpenBLAS's spin on the kernel's): on 2 cores that cost 10-15% of a
-# d = 128 evaluation, and doubled it with many chunks. numba's own workqueue layer sleeps
-# between launches. Chosen only if nobody chose a layer (``NUMBA_THREADING_LAYER``) and takes
-# effect only if no numba parallel code ran yet; it does not allow concurrent launches from
-# several threads, so ``rbench.engine.fused`` serialises its calls.
-if numba.config.THREADING_LAYER == "default" and "NUMBA_THREADING_LAYER" not in os.environ:
-    numba.config.THREADING_LAYER = "workqueue"
 from llvmlite import ir
 from numba import types
 from numba.core import cgutils
@@ -47,7 +35,7 @@ from numba.extending import intrinsic, overload
 # (numba's on-disk cache keys gemm_scan on this file alone: after changing the kernels.gemm helpers
 # it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
 from rbench.engine.kernels.gemm import MC, MR, NR, block_product, pack_rows
-from rbench.engine.kernels.pipeline import HELPER, SIMPLIFIED
+from rbench.engine.kernels.pipeline import BODY, HELPER, SIMPLIFIED
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
 
@@ -684,35 +672,35 @@ def scan(s, ri, C, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, b
             finite[r] += count_finite(row)
 
 
-@numba.njit(parallel=True, cache=True, nogil=True)
+@numba.njit(**BODY)
 def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs,
-              more, out_v, out_i, blocks, n_threads):
-    """``scan`` over the chunk's scores q @ candidates (bp: the C candidates packed by
+              more, out_v, out_i, cb, r0, r1):
+    """``scan`` of rows r0 .. r1-1 (the other rows: other threads' calls, ``rowblocks.run_blocks``)
+    over the chunk's scores q @ candidates (bp: the C candidates packed by
     ``kernels.gemm.pack_columns``), computed here a block of MC query rows at a time and scanned
     while the block is in cache (it is never written to memory whole). Row r's excluded
     candidates, ex_col[ex_off[r]:ex_off[r+1]] (chunk columns), score -inf. The scores are the
-    bits ``kernels.gemm.gemm`` writes. blocks: each thread's block of scores (n_threads x >= MC
-    x Cp), reused from call to call (fresh pages cost more than the scan here)."""
-    B, K = q.shape
+    bits ``kernels.gemm.gemm`` writes. cb: this thread's block of scores (>= MC x Cp, 64-byte
+    aligned), reused from call to call (fresh pages cost more than the scan here). A plain
+    kernel on ``rowblocks``' threads, not numba's ``parallel=True``: its parfor passes took more
+    than half of the road's first compile (issue 44)."""
+    K = q.shape[1]
     Cp = bp.shape[0] * NR
-    n_blocks = max(1, min(B, n_threads))
-    for th in numba.prange(n_blocks):
-        ap = np.empty((MC // MR, K, MR), dtype=np.float32)
-        tmp = np.empty((MR, NR), dtype=np.float32)
-        cb = blocks[th, : MC * Cp]  # one block's scores, rows Cp apart
-        cb2, cbi2 = cb.reshape((MC, Cp)), cb.view(np.int32).reshape((MC, Cp))
-        r1 = (th + 1) * B // n_blocks
-        for i0 in range(th * B // n_blocks, r1, MC):
-            i1 = min(r1, i0 + MC)
-            pack_rows(q, i0, i1, ap)
-            block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
-            for r in range(i0, i1):
-                o = (r - i0) * Cp
-                for j in range(ex_off[r], ex_off[r + 1]):
-                    cb[o + ex_col[j]] = -np.inf
-            scan(cb2, cbi2, C, a, thr[i0:i1], pos[i0:i1], want_finite, higher[i0:i1], equal[i0:i1], finite[i0:i1],
-                 k, bv[i0:i1], bi[i0:i1], bn[i0:i1], bt[i0:i1], bs[i0:i1], more, out_v[i0:i1], out_i[i0:i1], 0,
-                 i1 - i0)
+    ap = np.empty((MC // MR, K, MR), dtype=np.float32)
+    tmp = np.empty((MR, NR), dtype=np.float32)
+    cb = cb[: MC * Cp]
+    cb2, cbi2 = cb.reshape((MC, Cp)), cb.view(np.int32).reshape((MC, Cp))
+    for i0 in range(r0, r1, MC):
+        i1 = min(r1, i0 + MC)
+        pack_rows(q, i0, i1, ap)
+        block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
+        for r in range(i0, i1):
+            o = (r - i0) * Cp
+            for j in range(ex_off[r], ex_off[r + 1]):
+                cb[o + ex_col[j]] = -np.inf
+        scan(cb2, cbi2, C, a, thr[i0:i1], pos[i0:i1], want_finite, higher[i0:i1], equal[i0:i1], finite[i0:i1],
+             k, bv[i0:i1], bi[i0:i1], bn[i0:i1], bt[i0:i1], bs[i0:i1], more, out_v[i0:i1], out_i[i0:i1], 0,
+             i1 - i0)
 
 
 def buffer_width(k: int) -> int:
