@@ -5,8 +5,10 @@ Each road runs in a fresh process with its own empty NUMBA_CACHE_DIR: one engine
 task takes the road a large one takes) of
 
 - ``scores32`` / ``scores64``: a ranker's own scores in fp32 (as bm25's) / fp64 (as pop's);
-- ``dense``: an embedding ranker on a shared pool (the default BLAS-tile road);
-- ``dense-own``: the same with ``RBENCH_GEMM=own`` (rbench's GEMM fused with the scan);
+- ``dense``: an embedding ranker on a shared pool on BLAS tiles (``RBENCH_GEMM=tile``: the
+  default on CPUs with AVX-512);
+- ``dense-own``: the same with ``RBENCH_GEMM=own`` (rbench's GEMM fused with the scan: the
+  default without AVX-512);
 - ``dense-small``: an embedding ranker below the small-scan floor (numpy passes over rbench's GEMM).
 
 numba's compile events give each kernel's seconds, those of the kernels it calls included
@@ -38,7 +40,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 ROADS = ("scores32", "scores64", "dense", "dense-own", "dense-small")
-_ENV = {"dense-own": {"RBENCH_GEMM": "own"}, "dense-small": {"RBENCH_FUSED_MIN_SCORES": str(10**12)}}
+_ENV = {"dense": {"RBENCH_GEMM": "tile"}, "dense-own": {"RBENCH_GEMM": "own"}, "dense-small": {"RBENCH_FUSED_MIN_SCORES": str(10**12)}}
 
 
 class _Table:

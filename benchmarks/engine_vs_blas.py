@@ -119,6 +119,15 @@ def _set_threads(n: int) -> None:
         pass
 
 
+def _road() -> str:
+    """The dense road ``RBENCH_GEMM=auto`` takes here (``rbench.engine.fused``)."""
+    from rbench.engine import blas_tiles, fused
+
+    if fused.tile_gemm():
+        return f"BLAS tiles ({blas_tiles.backend()})"
+    return "rbench's own GEMM fused with the scan"
+
+
 def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: int) -> dict:
     """One configuration: every contender timed once a round (order rotating), medians."""
     import torch
@@ -140,16 +149,18 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
         return time.perf_counter() - t0
 
     def engine(mode: str, k: int = topk):
-        os.environ["RBENCH_GEMM"] = mode
+        if mode != "auto":  # (auto: RBENCH_GEMM unset, the road the engine takes on this CPU)
+            os.environ["RBENCH_GEMM"] = mode
         try:
             t0 = time.perf_counter()
             res = scan(stub, queries, pool, batch_size=BATCH, topk=k)
             return time.perf_counter() - t0, res
         finally:
-            os.environ.pop("RBENCH_GEMM")
+            os.environ.pop("RBENCH_GEMM", None)
 
-    contenders = {"engine": lambda: engine("tile")[0], "engine_ranks": lambda: engine("tile", 0)[0],
-                  "engine_own": lambda: engine("own")[0], "torch_mm": torch_mm}
+    contenders = {"engine": lambda: engine("auto")[0], "engine_ranks": lambda: engine("auto", 0)[0],
+                  "engine_tile": lambda: engine("tile")[0], "engine_own": lambda: engine("own")[0],
+                  "torch_mm": torch_mm}
     try:
         import faiss
 
@@ -163,7 +174,7 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
         contenders["faiss"] = faiss_search
     except ImportError:
         pass
-    (_, tile_res), (_, own_res), _ = engine("tile"), engine("own"), engine("tile", 0)  # warm-up (and compile)
+    (_, tile_res), (_, own_res), _, _ = engine("tile"), engine("own"), engine("auto", 0), engine("auto")  # warm-up
     identical = all(np.array_equal(getattr(tile_res, f), getattr(own_res, f))
                     for f in ("higher", "equal", "n_ranked", "topk_index", "topk_score"))
     work = Worker(n_q, n_pool, dim, threads)
@@ -185,29 +196,32 @@ def measure(n_q: int, n_pool: int, dim: int, threads: int, rounds: int, topk: in
             "ratio": float(np.median(ratio)), "ratio_q": [float(np.percentile(ratio, 25)), float(np.percentile(ratio, 75))],
             "ranks_ratio": float(np.median(t["engine_ranks"] / fastest)),
             "own_ratio": float(np.median(t["engine_own"] / fastest)),
+            "tile_ratio": float(np.median(t["engine_tile"] / fastest)), "road": _road(),
             "faiss_ratio": float(np.median(t["engine"] / t["faiss"])) if "faiss" in t else None,
             "identical": identical, "worker_machine": work.machine}
 
 
 def report(rows: list[dict], command: str, load: str) -> str:
     """The results file's markdown."""
-    cols = ["queries x pool x dim", "threads", "rbench (BLAS tiles) s", "torch mm alone s", "numpy GEMM alone "
-            f"({openblas_coretype() or 'detected'}) s", "rbench / fastest GEMM (goal <= 1.15)", "its quartiles", "rbench own GEMM s",
-            "own / fastest", "rbench ranks only (top-0) / fastest", "faiss s", "rbench / faiss", "identical to own"]
+    cols = ["queries x pool x dim", "threads", "rbench (default road) s", "torch mm alone s", "numpy GEMM alone "
+            f"({openblas_coretype() or 'detected'}) s", "rbench / fastest GEMM (goal <= 1.15)", "its quartiles",
+            "BLAS tiles / fastest", "own GEMM fused / fastest", "default road, ranks only (top-0) / fastest", "faiss s",
+            "rbench / faiss", "tiles identical to own"]
     lines = ["# rbench's exact scan vs the fastest GEMM", "", f"Command: `{command}`", "",
              machine_line(), "", f"numpy worker: {rows[0]['worker_machine']}", "",
              f"Load (`uptime`) at the start: {load}", "",
              "Each row: top-" + str(rows[0]["topk"]) + " and every positive's exact rank; GEMMs alone write "
              "1,024-query blocks into a buffer touched before timing; the ratio is the median over rounds "
              "of rbench / min(torch mm, numpy) within the round; \"ranks only\": the same scan with top-0 (every "
-             "positive's exact rank alone); each timing after a full `gc.collect()`.", "",
+             "positive's exact rank alone); each timing after a full `gc.collect()`. The default road "
+             f"(`RBENCH_GEMM=auto`) on this CPU: **{rows[0]['road']}**.", "",
              "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in rows:
         faiss_s = f"{r['faiss_s']:.3f}" if r.get("faiss_s") else "-"
         faiss_r = f"{r['faiss_ratio']:.2f}" if r.get("faiss_ratio") else "-"
         lines.append(f"| {r['queries']} x {r['pool']} x {r['dim']} | {r['threads']} | {r['engine_s']:.3f} | "
                      f"{r['torch_mm_s']:.3f} | {r['numpy_blas_s']:.3f} | **{r['ratio']:.2f}** | "
-                     f"{r['ratio_q'][0]:.2f}-{r['ratio_q'][1]:.2f} | {r['engine_own_s']:.3f} | {r['own_ratio']:.2f} | "
+                     f"{r['ratio_q'][0]:.2f}-{r['ratio_q'][1]:.2f} | {r['tile_ratio']:.2f} | {r['own_ratio']:.2f} | "
                      f"{r['ranks_ratio']:.2f} | "
                      f"{faiss_s} | {faiss_r} | {r['identical']} |")
     return "\n".join(lines) + "\n"

@@ -36,14 +36,15 @@ MR = 6  # rows (queries) of a micro-tile
 NR = 16  # columns (candidates) of a micro-tile: two 8-lane fp32 vectors
 MC = 144  # query rows per block: each candidate panel read from L3 serves this many rows (BLIS's
 # Zen choice; a block's packed rows, 72 KiB at d = 128, stay in L2)
-PART_COLS = 1 << 12  # candidates per fused GEMM + scan call: a block's scores (MC x PART_COLS fp32,
-# 2.3 MiB a thread) and the part's packed candidates (2 MiB at d = 128) stay in L2/L3 for the scan.
-# Measured (issue 44, 2-core Zen 3, one thread, ``benchmarks/gemm_kernel.py``, 5 paired rounds,
-# kernel / numpy's OpenBLAS on its Haswell kernel): MC x PART_COLS 48 x 32,768 (before): GEMM 1.14
-# (d = 128) and 1.06 (d = 1,024), fused + top-100 1.08 and 1.19; 144 x 4,096: 0.93 / 1.00 and
-# 0.97 / 0.90; 144 x 8,192: 0.96 / 0.94, 1.00 / 0.94; 96 x 16,384: 0.97 / 0.94, 0.99 / 1.01. The
-# kernel alone at d = 128 ran 43 GFLOP/s with 48 rows a block over 25,000 candidates against 61
-# with 144 x 4,096 (the candidates' panels streamed from L3 for every 48 rows)
+PART_COLS = 1 << 15  # candidates per fused GEMM + scan call: each part costs every row a top-k step,
+# so parts are wide; a block's scores (MC x PART_COLS fp32, 18 MiB a thread) are read back from L3
+# or memory, which costs less than more top-k steps.
+# Measured (issue 44, 2-core Zen 3): the kernel alone at d = 128 ran 43 GFLOP/s with 48 rows a
+# block over 25,000 candidates (their panels streamed from L3 for every 48 rows) and 56-61 with
+# 144; the whole scan of 3,000 x 25,000 with top-100 (in-process alternating rounds, medians of 5,
+# against numpy's OpenBLAS on its Haswell kernel) with 144 rows a block and parts of 4,096 /
+# 16,384 / 32,768 candidates: 1.32 / 1.21 / 1.12x (d = 128, 1 thread), 1.29 / 0.99 / 0.91x (2
+# threads), 1.16 / 1.10 / 1.02x (d = 1,024, 1 thread)
 
 
 @intrinsic
