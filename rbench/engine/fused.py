@@ -8,7 +8,7 @@ sits in cache (rows in parallel), so exact evaluation with a top-100 costs littl
 GEMM (``benchmarks/engine_scale.py``).
 
 For the dense scorer the GEMM is rbench's own (``rbench.engine.kernels.gemm``) and the
-two are fused (``gemm_scan``): each block of 48 query rows is multiplied and scanned while its
+two are fused (``gemm_scan``): each block of 144 query rows is multiplied and scanned while its
 scores are in cache, so the 100 MB a 1,024 x 25,000 batch scores are never written to memory and
 read back, which alone cost 20-25% of an OpenBLAS GEMM at d = 128.
 
@@ -47,6 +47,7 @@ import gc
 import os
 import threading
 import time
+from dataclasses import dataclass
 from functools import cache
 from typing import Any
 
@@ -289,6 +290,36 @@ def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
     return out
 
 
+@dataclass(frozen=True)
+class _OwnBlocks:
+    """rbench's GEMM fused with the scan, a block of MC query rows at a time: ``gemm_block`` writes
+    the block's scores into the thread's buffer, ``scan`` reads them back while in cache (two
+    kernel calls a block: see ``gemm_block``)."""
+
+    q: np.ndarray
+    packed: np.ndarray
+    ex_off: np.ndarray
+    ex_col: np.ndarray
+
+    def rows(self, buf: np.ndarray, r0: int, r1: int, args: tuple, top: TopK, more: bool) -> None:
+        """Rows r0 .. r1-1, in this thread's buffer buf; args: ``scan``'s (C, a, thr, pos,
+        want_finite, higher, equal, finite)."""
+        g, kernels = _gemm_kernels(), _kernels()
+        Cp = self.packed.shape[0] * self.packed.shape[2]
+        cb = buf[: g.MC * Cp]
+        cb2, cbi2 = cb.reshape(g.MC, Cp), cb.view(np.int32).reshape(g.MC, Cp)
+        ap = np.empty((g.MC // g.MR, self.q.shape[1], g.MR), dtype=np.float32)
+        tmp = np.empty((g.MR, g.NR), dtype=np.float32)
+        n_cols, a, thr, pos, want_finite, higher, equal, finite = args
+        for i0 in range(r0, r1, g.MC):
+            i1 = min(r1, i0 + g.MC)
+            kernels.gemm_block(self.q, self.packed, i0, i1, self.ex_off, self.ex_col, ap, cb, tmp)
+            b = slice(i0, i1)
+            kernels.scan(cb2, cbi2, n_cols, a, thr[b], pos[b], want_finite, higher[b], equal[b], finite[b], top.k,
+                         top.scores[b], top.index[b], top.size[b], top.threshold[b], top.strict[b], more,
+                         top.out_v[b], top.out_i[b], 0, i1 - i0)
+
+
 def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
               ex_off: np.ndarray, ex_col: np.ndarray, count_finite: bool, higher: np.ndarray, equal: np.ndarray,
               finite: np.ndarray, top: TopK, more: bool = True) -> None:
@@ -311,14 +342,12 @@ def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, 
     size = _gemm_kernels().MC * packed.shape[0] * packed.shape[2]  # (a multiple of 16: rows stay 64-byte aligned)
     if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
         top.blocks = _gemm_kernels().aligned_empty((n_threads, size))
-    blocks = top.blocks
-    slot = {r0: i for i, (r0, _) in enumerate(row_blocks(len(q), n_threads))}  # each block's own buffer
-    args = (_writable(q, np.float32), packed, int(n_cols), int(a), _writable(thr, np.float32), pos, ex_off, ex_col,
-            bool(count_finite), higher, equal, finite, top.k, top.scores, top.index, top.size, top.threshold,
-            top.strict, bool(more), top.out_v, top.out_i)
+    slot = {r0: i for i, (r0, _) in enumerate(row_blocks(len(q), n_threads))}  # each thread's own block
+    own = _OwnBlocks(_writable(q, np.float32), packed, ex_off, ex_col)
+    args = (int(n_cols), int(a), _writable(thr, np.float32), pos, bool(count_finite), higher, equal, finite)
 
     def rows(r0: int, r1: int) -> None:
-        kernels.gemm_scan(*args, blocks[slot[r0]], r0, r1)
+        own.rows(top.blocks[slot[r0]], r0, r1, args, top, bool(more))
 
     with _LOCK:
         run_blocks(rows, len(q), n_threads)

@@ -158,12 +158,14 @@ def test_warmup_follows_the_switches_once_per_process(probe):
     gemm_only = probe["gemm_only"]
     assert gemm_only["gemm.gemm"] and gemm_only["gemm.pair_dots"]
     assert len(gemm_only["gemm.pack_columns"]) == 1  # candidates read-only, memory-mapped or not
-    assert not gemm_only["fused.scan"] and not gemm_only["fused.gemm_scan"]  # RBENCH_FUSED=0
+    assert not gemm_only["fused.scan"] and not gemm_only["fused.gemm_block"]  # RBENCH_FUSED=0
     warmed = probe["warmed"]
     tiles = probe["mode"] == "tile"
     assert len(warmed["tiles.tile_scan"]) == tiles  # BLAS tiles: candidates read-only, one signature
-    assert not warmed["fused.scan"]  # a ranker's scores: compiled by their first chunk, per precision
-    assert len(warmed["fused.gemm_scan"]) == (not tiles)  # rbench's fused GEMM on its own road only
+    # a ranker's scores: compiled by their first chunk, per precision; the own road scans its fp32
+    # blocks with the same kernel, so its warm-up compiles that one (one signature for both)
+    assert len(warmed["fused.scan"]) == (not tiles)
+    assert len(warmed["fused.gemm_block"]) == (not tiles)  # rbench's fused GEMM on its own road only
     assert probe["gemm_only_s"] > 0 and probe["rest_s"] > 0  # each switch warmed when first on
     assert probe["again_s"] == 0.0
     assert len(probe["end"]["fused.scan"]) == 2  # fp32 and fp64 scores, once the evaluations saw both
@@ -178,7 +180,9 @@ def test_nothing_compiles_outside_a_warmup(probe):
 
 
 def test_each_road_compiles_only_its_own_kernels(probe):
-    """The dense roads (BLAS tiles, per-query lists) compile no scan of a ranker's scores; the
+    """The dense roads (BLAS tiles, per-query lists) compile no scan of a ranker's scores (rbench's
+    own fused GEMM compiles the fp32 one, as it scans its blocks with it: the scores' warm-up then
+    finds it compiled, ``test_warmup_follows_the_switches_once_per_process``); the
     scores' scan compiles its precision when a ranker first returns it (fp32, then fp64 for the
     first fp64 ranker: a run of one ranker waits for one kernel), and nothing again after."""
     assert probe["lazy"] == {"fp32, topk=0, RBENCH_FUSED=1": ["float32"],

@@ -32,9 +32,9 @@ from numba.core import cgutils
 from numba.cpython.unsafe.numbers import trailing_zeros
 from numba.extending import intrinsic, overload
 
-# (numba's on-disk cache keys gemm_scan on this file alone: after changing the kernels.gemm helpers
+# (numba's on-disk cache keys gemm_block on this file alone: after changing the kernels.gemm helpers
 # it calls (their code is compiled into its cache entry), touch this file, or the cache keeps the old ones)
-from rbench.engine.kernels.gemm import MC, MR, NR, block_product, pack_rows
+from rbench.engine.kernels.gemm import NR, block_product, pack_rows
 from rbench.engine.kernels.pipeline import BODY, HELPER, SIMPLIFIED
 
 _FAST = {"nnan", "nsz", "reassoc"}  # scores are never NaN (the engine checks); -inf is allowed
@@ -646,7 +646,7 @@ def scan(s, ri, C, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, b
 
     A row's visit is written here rather than in an inlined helper: numba copies an inlined
     callee's IR at a cost of its blocks times its variables, and the visit is most of the kernel
-    (0.8 s of its first compile: issue 44). ``gemm_scan`` calls this kernel on each block of
+    (0.8 s of its first compile: issue 44). ``fused.gemm_scan`` calls this kernel on each block of
     rows it computes."""
     fl, sample, keys, tmp_k, tmp_v, tmp_i, hist, bm, bhist, sel, own_v, own_i = row_scratch(C, k, bv, more)
     for r in range(r0, r1):
@@ -673,34 +673,22 @@ def scan(s, ri, C, a, thr, pos, want_finite, higher, equal, finite, k, bv, bi, b
 
 
 @numba.njit(**BODY)
-def gemm_scan(q, bp, C, a, thr, pos, ex_off, ex_col, want_finite, higher, equal, finite, k, bv, bi, bn, bt, bs,
-              more, out_v, out_i, cb, r0, r1):
-    """``scan`` of rows r0 .. r1-1 (the other rows: other threads' calls, ``rowblocks.run_blocks``)
-    over the chunk's scores q @ candidates (bp: the C candidates packed by
-    ``kernels.gemm.pack_columns``), computed here a block of MC query rows at a time and scanned
-    while the block is in cache (it is never written to memory whole). Row r's excluded
-    candidates, ex_col[ex_off[r]:ex_off[r+1]] (chunk columns), score -inf. The scores are the
-    bits ``kernels.gemm.gemm`` writes. cb: this thread's block of scores (>= MC x Cp, 64-byte
-    aligned), reused from call to call (fresh pages cost more than the scan here). A plain
-    kernel on ``rowblocks``' threads, not numba's ``parallel=True``: its parfor passes took more
-    than half of the road's first compile (issue 44)."""
-    K = q.shape[1]
+def gemm_block(q, bp, i0, i1, ex_off, ex_col, ap, cb, tmp):
+    """The scores of query rows i0 .. i1-1 (at most MC) with the C candidates packed in bp
+    (``kernels.gemm.pack_columns``) into cb (rows Cp = bp's panels x NR apart): the bits
+    ``kernels.gemm.gemm`` writes; row r's excluded candidates, ex_col[ex_off[r]:ex_off[r+1]]
+    (chunk columns), -inf. ap, tmp: the caller's scratch for the packed rows and an edge tile.
+    ``rbench.engine.fused.gemm_scan`` scans each block with ``scan`` while it is in cache. Not
+    one kernel with the scan: a kernel that calls ``scan`` has LLVM optimise scan's code again
+    in its own module (3.7 s of the first compile, issue 44), and a block's call costs
+    microseconds against its milliseconds of GEMM."""
     Cp = bp.shape[0] * NR
-    ap = np.empty((MC // MR, K, MR), dtype=np.float32)
-    tmp = np.empty((MR, NR), dtype=np.float32)
-    cb = cb[: MC * Cp]
-    cb2, cbi2 = cb.reshape((MC, Cp)), cb.view(np.int32).reshape((MC, Cp))
-    for i0 in range(r0, r1, MC):
-        i1 = min(r1, i0 + MC)
-        pack_rows(q, i0, i1, ap)
-        block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
-        for r in range(i0, i1):
-            o = (r - i0) * Cp
-            for j in range(ex_off[r], ex_off[r + 1]):
-                cb[o + ex_col[j]] = -np.inf
-        scan(cb2, cbi2, C, a, thr[i0:i1], pos[i0:i1], want_finite, higher[i0:i1], equal[i0:i1], finite[i0:i1],
-             k, bv[i0:i1], bi[i0:i1], bn[i0:i1], bt[i0:i1], bs[i0:i1], more, out_v[i0:i1], out_i[i0:i1], 0,
-             i1 - i0)
+    pack_rows(q, i0, i1, ap)
+    block_product(ap, i1 - i0, bp, cb, Cp, Cp, tmp)
+    for r in range(i0, i1):
+        o = (r - i0) * Cp
+        for j in range(ex_off[r], ex_off[r + 1]):
+            cb[o + ex_col[j]] = -np.inf
 
 
 def buffer_width(k: int) -> int:

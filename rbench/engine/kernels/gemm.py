@@ -3,7 +3,7 @@
 Why not numpy's (OpenBLAS): the engine must read every score back after the GEMM (the rank
 counts and the top-k), and at d <= a few hundred that read-back from memory costs 20-40% of the
 GEMM itself. A GEMM of our own can hand each block of rows to the scan while it is still in
-cache (``rbench.engine.kernels.fused.gemm_scan``), which OpenBLAS through numpy cannot. Alone it is
+cache (``rbench.engine.fused.gemm_scan``), which OpenBLAS through numpy cannot. Alone it is
 about as fast as OpenBLAS here (2-core Zen 3, 1,024 x 25,000, 2 threads: 0.95-1.06x of numpy's
 GEMM at d = 64-4096; ``benchmarks/gemm_kernel.py``, results in ``benchmarks/results/``).
 
