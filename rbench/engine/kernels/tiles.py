@@ -232,15 +232,6 @@ def max32(x, y):
 
 
 @numba.njit(inline="always")
-def up32(v):
-    """The smallest fp32 value >= v (v: fp64)."""
-    y = np.float32(v)
-    if np.float64(y) < v:
-        y = np.nextafter(y, np.float32(np.inf))
-    return y
-
-
-@numba.njit(inline="always")
 def sample_cut(row, k, sample):
     """A score that at least k of the row's scores probably reach: ``kernels.fused``'s sampled
     threshold (the m-th largest of every 16th score, m ~ 1.25 k / 16 + 5, kept by insertion:
