@@ -155,7 +155,7 @@ KNOWN_DIGESTS: dict[int, tuple[str, ...]] = {
         # GEMM fused with the scan without AVX-512), its blocks of 144 rows x 32,768 candidates and
         # its threads rowblocks', the GEMM block and its scan two kernels; the same scores and
         # decisions, bit for bit; the tile kernels' unused up32 gone (no number moves)
-        "4cdcf359defb894330e447e4a5c9a58053137bb4de335bd7b1cab9f94c9e1477"),
+        "de630eb46cba0b891fd18ac3dca51e5eba73b72b8168fdb7a85ffd76d69c5d1c"),
 }
 
 

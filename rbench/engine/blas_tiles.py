@@ -56,7 +56,7 @@ _TINY = 2.0**-126  # smallest normal fp32: the most a flushed subnormal moves on
 @functools.cache
 def _intel() -> bool:
     """Whether the CPU is an Intel one (MKL's fast kernels are dispatched for Intel CPUs: on a Zen 3
-    torch's ``mm`` ran 1.7-1.9x slower than OpenBLAS on its Haswell kernel, 3,000 x 25,000 at
+    torch's ``mm`` ran 1.6-1.9x slower than OpenBLAS on its Haswell kernel, 3,000 x 25,000 at
     d = 128 and 1,024, ``benchmarks/engine_vs_blas.py``). Linux's /proc/cpuinfo; elsewhere assumed."""
     try:
         with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:

@@ -216,11 +216,11 @@ def _gemm_mode() -> str:
     """``RBENCH_GEMM``: ``auto`` (the default), ``tile`` (BLAS tiles, certified scan), ``own`` or
     ``blas``. auto takes the faster road on this CPU's widest vectors: with AVX-512, ``tile``
     (MKL's or OpenBLAS's 16-lane kernels; rbench's micro-kernel is 8 lanes wide: on a Sapphire
-    Rapids-class Xeon its fused scan ran 2.2-2.4x the fastest GEMM at d = 128 and 2.5-2.9x at
-    d = 1,024, the tiles 2.1-2.6x and 1.5-2.0x); without, ``own`` (AVX2: the micro-kernel is as wide as
-    the BLAS kernels, and its scores are scanned in cache: on a Zen 3, 3 rounds, its scan ran
-    1.1-1.3x the fastest GEMM, the tiles 1.5-1.7x; ``benchmarks/engine_vs_blas.py``). Both give
-    the same ranks and top-k, bit for bit."""
+    Rapids-class Xeon its fused scan ran 2.1-2.4x the fastest GEMM at d = 128 and 2.5-2.9x at
+    d = 1,024, the tiles 2.1-2.6x and 1.5-2.0x); without, ``own`` (AVX2: the micro-kernel is as
+    wide as the BLAS kernels, and its scores are scanned in cache: on a Zen 3, three runs of 5
+    rounds, 1.04-1.23x the fastest GEMM, the tiles 1.32-1.66x; ``benchmarks/engine_vs_blas.py``).
+    Both give the same ranks and top-k, bit for bit."""
     mode = os.environ.get("RBENCH_GEMM", "auto")
     if mode not in ("auto", "tile", "own", "blas"):
         raise RBenchError(f"RBENCH_GEMM must be auto, tile, own or blas, got {mode!r}")
@@ -294,30 +294,38 @@ def pair_dots(q: np.ndarray, g: np.ndarray) -> np.ndarray:
 class _OwnBlocks:
     """rbench's GEMM fused with the scan, a block of MC query rows at a time: ``gemm_block`` writes
     the block's scores into the thread's buffer, ``scan`` reads them back while in cache (two
-    kernel calls a block: see ``gemm_block``)."""
+    kernel calls a block: see ``gemm_block``). The operands of one ``gemm_scan`` call."""
 
     q: np.ndarray
     packed: np.ndarray
+    n_cols: int
+    a: int
+    thr: np.ndarray
+    pos: np.ndarray
     ex_off: np.ndarray
     ex_col: np.ndarray
+    want_finite: bool
+    higher: np.ndarray
+    equal: np.ndarray
+    finite: np.ndarray
+    top: TopK
+    more: bool
 
-    def rows(self, buf: np.ndarray, r0: int, r1: int, args: tuple, top: TopK, more: bool) -> None:
-        """Rows r0 .. r1-1, in this thread's buffer buf; args: ``scan``'s (C, a, thr, pos,
-        want_finite, higher, equal, finite)."""
-        g, kernels = _gemm_kernels(), _kernels()
+    def rows(self, buf: np.ndarray, r0: int, r1: int) -> None:
+        """Rows r0 .. r1-1, in this thread's buffer buf."""
+        g, kernels, top = _gemm_kernels(), _kernels(), self.top
         Cp = self.packed.shape[0] * self.packed.shape[2]
         cb = buf[: g.MC * Cp]
         cb2, cbi2 = cb.reshape(g.MC, Cp), cb.view(np.int32).reshape(g.MC, Cp)
         ap = np.empty((g.MC // g.MR, self.q.shape[1], g.MR), dtype=np.float32)
         tmp = np.empty((g.MR, g.NR), dtype=np.float32)
-        n_cols, a, thr, pos, want_finite, higher, equal, finite = args
         for i0 in range(r0, r1, g.MC):
             i1 = min(r1, i0 + g.MC)
             kernels.gemm_block(self.q, self.packed, i0, i1, self.ex_off, self.ex_col, ap, cb, tmp)
             b = slice(i0, i1)
-            kernels.scan(cb2, cbi2, n_cols, a, thr[b], pos[b], want_finite, higher[b], equal[b], finite[b], top.k,
-                         top.scores[b], top.index[b], top.size[b], top.threshold[b], top.strict[b], more,
-                         top.out_v[b], top.out_i[b], 0, i1 - i0)
+            kernels.scan(cb2, cbi2, self.n_cols, self.a, self.thr[b], self.pos[b], self.want_finite, self.higher[b],
+                         self.equal[b], self.finite[b], top.k, top.scores[b], top.index[b], top.size[b],
+                         top.threshold[b], top.strict[b], self.more, top.out_v[b], top.out_i[b], 0, i1 - i0)
 
 
 def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, pos: np.ndarray,
@@ -343,11 +351,11 @@ def gemm_scan(q: np.ndarray, packed: Any, n_cols: int, a: int, thr: np.ndarray, 
     if top.blocks is None or top.blocks.shape[0] < n_threads or top.blocks.shape[1] < size:
         top.blocks = _gemm_kernels().aligned_empty((n_threads, size))
     slot = {r0: i for i, (r0, _) in enumerate(row_blocks(len(q), n_threads))}  # each thread's own block
-    own = _OwnBlocks(_writable(q, np.float32), packed, ex_off, ex_col)
-    args = (int(n_cols), int(a), _writable(thr, np.float32), pos, bool(count_finite), higher, equal, finite)
+    own = _OwnBlocks(_writable(q, np.float32), packed, int(n_cols), int(a), _writable(thr, np.float32), pos, ex_off,
+                     ex_col, bool(count_finite), higher, equal, finite, top, bool(more))
 
     def rows(r0: int, r1: int) -> None:
-        own.rows(top.blocks[slot[r0]], r0, r1, args, top, bool(more))
+        own.rows(top.blocks[slot[r0]], r0, r1)
 
     with _LOCK:
         run_blocks(rows, len(q), n_threads)

@@ -260,7 +260,7 @@ def test_auto_takes_the_road_of_the_cpus_widest_vectors(monkeypatch, avx512):
 @pytest.mark.parametrize("intel", [True, False])
 def test_tile_blas_auto_is_mkl_on_intel_only(monkeypatch, intel):
     """RBENCH_TILE_BLAS=auto: torch's MKL on an Intel CPU (when torch imports), OpenBLAS through
-    numpy elsewhere (MKL ran 1.7-1.9x slower than OpenBLAS on a Zen 3); a choice always wins."""
+    numpy elsewhere (MKL ran 1.6-1.9x slower than OpenBLAS on a Zen 3); a choice always wins."""
     pytest.importorskip("torch")
     monkeypatch.delenv("RBENCH_TILE_BLAS", raising=False)
     monkeypatch.setattr(blas_tiles, "_intel", lambda: intel)
